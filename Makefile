@@ -1,0 +1,34 @@
+# The two commands. Each creates .venv when it is missing.
+#   make reproduce   run the whole study at the mini scale (config/config.yaml)
+#   make test        run the test suite (unit tests + the whole DAG at ci scale)
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The offline dataset mirror, when it sits beside the repository.
+MIRROR := $(wildcard ../shared/data)
+MIRROR_ARG := $(if $(MIRROR),--config "data={'mirror': '$(abspath $(MIRROR))'}",)
+export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
+
+.PHONY: reproduce test report clean-results
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	# torch first, from the local CPU wheel, so that nothing pulls a second torch
+	$(BIN)/pip install torch==2.13.0
+
+$(VENV)/.installed: $(BIN)/activate pyproject.toml
+	$(BIN)/pip install -e ".[test]"
+	touch $@
+
+reproduce: $(VENV)/.installed
+	$(BIN)/snakemake --cores all $(MIRROR_ARG)
+
+report: $(VENV)/.installed
+	$(BIN)/snakemake --cores all $(MIRROR_ARG) --report results/report.html
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest
+
+clean-results:
+	rm -rf results logs benchmarks .snakemake

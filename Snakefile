@@ -1,0 +1,28 @@
+# kvspec: reproduce CARE (GQA -> MLA) and infini-gram speculative decoding.
+# Thin on purpose: configuration and validation, the stage files, and the targets.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# The mini scale is the default; `--configfile config/ci.yaml` or `config/paper.yaml` replaces it
+# (scales are whole files, never merged with the default).
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        all_outputs(),

@@ -1,0 +1,1 @@
+"""kvspec: reproduce CARE (GQA -> MLA) and infini-gram speculative decoding."""

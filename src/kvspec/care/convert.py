@@ -1,0 +1,157 @@
+"""Convert a HF Llama/Qwen3 causal LM into the latent-KV `MLAForCausalLM`.
+
+Every layer's k_proj and v_proj is replaced by factors from `factorize` (k_a = Aᵀ, k_b = Bᵀ);
+every other weight is copied unchanged. Matrices are ordered [K_0, V_0, K_1, V_1, ...]
+wherever a flat list is used (spectra for the rank allocator).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from kvspec.care.covariance import CovarianceStats, decoder_layers
+from kvspec.care.factorize import METHODS, Factors, factorize, weighted_spectrum
+from kvspec.models.modeling_mla import MLAConfig, MLAForCausalLM
+
+# source-config fields carried over verbatim to MLAConfig
+_COPIED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "max_position_embeddings",
+    "initializer_range",
+    "rms_norm_eps",
+    "use_cache",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "tie_word_embeddings",
+    "rope_parameters",
+    "attention_bias",
+    "attention_dropout",
+)
+
+
+def max_rank(config: Any) -> int:
+    """Full K (or V) width g_h·d_h: the largest useful latent rank and the GQA cache parity."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.num_key_value_heads * head_dim
+
+
+def _check_source(config: Any) -> None:
+    if config.model_type not in ("llama", "qwen3"):
+        raise ValueError(
+            f"can only convert llama or qwen3 models, got model_type {config.model_type!r}"
+        )
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise ValueError("sliding-window layers are not supported by the MLA model")
+
+
+def mla_config_from(config: Any, ranks_k: list[int], ranks_v: list[int]) -> MLAConfig:
+    """MLAConfig copying the source Llama/Qwen3 config, with the given per-layer latent ranks."""
+    _check_source(config)
+    n, limit = config.num_hidden_layers, max_rank(config)
+    for name, ranks in (("ranks_k", ranks_k), ("ranks_v", ranks_v)):
+        if len(ranks) != n or not all(isinstance(r, int) and 1 <= r <= limit for r in ranks):
+            raise ValueError(f"{name} needs {n} ints in [1, {limit}], got {ranks}")
+    fields = {name: getattr(config, name) for name in _COPIED_FIELDS}
+    fields["head_dim"] = limit // config.num_key_value_heads
+    fields["rope_parameters"] = dict(config.rope_parameters)
+    return MLAConfig(
+        **fields,
+        mlp_bias=bool(getattr(config, "mlp_bias", False)),
+        base_architecture=config.model_type,
+        kv_rank_k=list(ranks_k),
+        kv_rank_v=list(ranks_v),
+        architectures=["MLAForCausalLM"],
+    )
+
+
+def _projections(model: nn.Module) -> list[nn.Linear]:
+    """[k_proj_0, v_proj_0, k_proj_1, ...]; asserts they carry no bias (true for Llama/Qwen3)."""
+    projs = [
+        p
+        for layer in decoder_layers(model)
+        for p in (layer.self_attn.k_proj, layer.self_attn.v_proj)
+    ]
+    if any(p.bias is not None for p in projs):
+        raise ValueError("k_proj/v_proj with bias are not supported (factors carry no bias)")
+    return projs
+
+
+def _stats_for(method: str, stats: CovarianceStats | None, layer: int) -> dict[str, Tensor | None]:
+    """The calibration statistics `method` needs for `layer`."""
+    if method not in METHODS:
+        raise ValueError(f"unknown factorization method {method!r}; expected one of {METHODS}")
+    if method == "svd":
+        return {}
+    if stats is None:
+        raise ValueError(f"method {method!r} needs calibration statistics (stats=None given)")
+    if layer >= stats.num_layers:
+        raise ValueError(f"stats cover {stats.num_layers} layers, model has more")
+    return {"cov": stats.cov[layer]} if method == "care" else {"mean_abs": stats.mean_abs[layer]}
+
+
+def layer_spectra(
+    model: nn.Module, method: str, stats: CovarianceStats | None = None, **opts: Any
+) -> list[Tensor]:
+    """Singular values of each weighted K/V matrix, ordered [K_0, V_0, K_1, V_1, ...]."""
+    projs = _projections(model)
+    return [
+        weighted_spectrum(p.weight, method, **_stats_for(method, stats, i // 2), **opts)
+        for i, p in enumerate(projs)
+    ]
+
+
+def split_kv(ranks: list[int]) -> tuple[list[int], list[int]]:
+    """Split an interleaved [K_0, V_0, K_1, V_1, ...] list into (ranks_k, ranks_v)."""
+    if len(ranks) % 2:
+        raise ValueError(f"expected an even-length interleaved K/V list, got {len(ranks)} entries")
+    return list(ranks[0::2]), list(ranks[1::2])
+
+
+def _latent_weights(prefix: str, factors: Factors) -> dict[str, Tensor]:
+    """State-dict entries for one factorized projection: a: (r, d), b: (out, r)."""
+    return {
+        f"{prefix}_a.weight": factors.a.T.contiguous(),
+        f"{prefix}_b.weight": factors.b.T.contiguous(),
+    }
+
+
+@torch.no_grad()
+def convert_to_mla(
+    model: nn.Module,
+    method: str,
+    ranks_k: list[int],
+    ranks_v: list[int],
+    stats: CovarianceStats | None = None,
+    **opts: Any,
+) -> MLAForCausalLM:
+    """Latent-KV copy of `model` with k/v_proj factorized by `method` at the given ranks.
+
+    `opts` go to `factorize` (alpha, lam_frac, asvd_alpha, randomized, seed). The result has the
+    source's dtype and device and is in eval mode.
+    """
+    config = mla_config_from(model.config, ranks_k, ranks_v)
+    projs = _projections(model)
+    state = {
+        k: v for k, v in model.state_dict().items() if ".k_proj." not in k and ".v_proj." not in k
+    }
+    for i, proj in enumerate(projs):
+        layer, kind = divmod(i, 2)
+        rank = (ranks_k if kind == 0 else ranks_v)[layer]
+        factors = factorize(proj.weight, rank, method, **_stats_for(method, stats, layer), **opts)
+        state.update(_latent_weights(f"model.layers.{layer}.self_attn.{'kv'[kind]}", factors))
+    param = next(model.parameters())
+    mla = MLAForCausalLM(config).to(dtype=param.dtype, device=param.device)
+    mla.load_state_dict(state, strict=True)
+    return mla.eval()

@@ -1,0 +1,150 @@
+"""How well infini-gram next-token distributions agree with the target model's.
+
+Acceptance of a draft distribution q under a target p is 1 - TV(p, q) = 1 - 1/2 |p - q|_1,
+the probability that a token drawn from q survives rejection sampling against p. Everything
+here is a pure function over per-position records of a greedy output, except
+`position_records`, which computes those records with one target forward pass and one
+`infgram_ntd` query per position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvspec.spec.drafters import InfiniGramDrafter, greedy_token
+
+Dist = dict[int, float]
+MATCH_LENGTH_BINS = (0, 2, 4, 6, 8, 10, 12, 14, 16)
+CONFIDENCE_THRESHOLDS = (None, 0.5, 0.6, 0.7)
+HIT_LENGTHS = (0, 4, 8, 16)
+
+
+@dataclass
+class PositionRecord:
+    """One output position: the target's token and distribution, the n-gram's, the match."""
+
+    token: int  # the target's greedy token here
+    p: torch.Tensor  # (V,) target next-token distribution
+    q: Dist  # infgram_ntd distribution given the same context
+    suffix_len: int  # longest context suffix found in the index
+    count: int  # occurrences of that suffix
+
+
+def tv_acceptance(p: torch.Tensor | Dist, q: torch.Tensor | Dist) -> float:
+    """1 - 1/2 |p - q|_1 for dense (V,) tensors or sparse {token: prob} dicts, mixed freely."""
+    if isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor):
+        return 1.0 - 0.5 * float((p.double() - q.double()).abs().sum())
+    if isinstance(p, dict) and isinstance(q, dict):
+        keys = p.keys() | q.keys()
+        return 1.0 - 0.5 * sum(abs(p.get(t, 0.0) - q.get(t, 0.0)) for t in keys)
+    dense, sparse = (p, q) if isinstance(p, torch.Tensor) else (q, p)
+    return 1.0 - 0.5 * _l1_dense_sparse(dense.double(), sparse)
+
+
+def _l1_dense_sparse(dense: torch.Tensor, sparse: Dist) -> float:
+    """|dense - sparse|_1 without densifying: the support of `sparse` plus dense mass outside it."""
+    ids = torch.tensor(list(sparse), dtype=torch.long)
+    vals = torch.tensor(list(sparse.values()), dtype=torch.float64)
+    on_support = dense[ids] if len(ids) else torch.zeros(0, dtype=torch.float64)
+    outside = float(dense.sum()) - float(on_support.sum())
+    return float((on_support - vals).abs().sum()) + outside
+
+
+def top1(q: Dist) -> float:
+    """Probability of the draft distribution's most likely token (its confidence)."""
+    return max(q.values()) if q else 0.0
+
+
+def acceptance_by_match_length(
+    records: Sequence[PositionRecord], bins: Sequence[int] = MATCH_LENGTH_BINS
+) -> dict[int, dict[str, float]]:
+    """Mean acceptance over positions whose matched suffix is at least each bin's length."""
+    return {b: _summary([r for r in records if r.suffix_len >= b], len(records)) for b in bins}
+
+
+def acceptance_by_confidence(
+    records: Sequence[PositionRecord],
+    thresholds: Sequence[float | None] = CONFIDENCE_THRESHOLDS,
+) -> dict[str, dict[str, float]]:
+    """Mean acceptance over positions whose q top-1 probability exceeds each threshold."""
+    out = {}
+    for t in thresholds:
+        kept = [r for r in records if t is None or top1(r.q) > t]
+        out["all" if t is None else f">{t}"] = _summary(kept, len(records))
+    return out
+
+
+def _summary(kept: Sequence[PositionRecord], total: int) -> dict[str, float]:
+    """Mean acceptance, number of positions, and their share of all positions."""
+    scores = [tv_acceptance(r.p, r.q) for r in kept]
+    mean = sum(scores) / len(scores) if scores else float("nan")
+    return {"acceptance": mean, "n": len(kept), "coverage": len(kept) / total if total else 0.0}
+
+
+def match_hit_rates(
+    records: Sequence[PositionRecord], lengths: Sequence[int] = HIT_LENGTHS
+) -> dict[int, float]:
+    """Share of positions whose context matched a suffix of at least each length."""
+    n = len(records)
+    return {m: sum(r.suffix_len >= m for r in records) / n if n else 0.0 for m in lengths}
+
+
+def greedy_hits(records: Sequence[PositionRecord], confidence: float = 0.0) -> list[bool]:
+    """Per position: would the greedy n-gram draft equal the target's token (and pass the cut)?"""
+    return [bool(r.q) and top1(r.q) >= confidence and greedy_token(r.q) == r.token for r in records]
+
+
+def expected_accepted_tokens(
+    records: Sequence[PositionRecord], k: int, confidence: float = 0.0
+) -> float:
+    """Mean drafts accepted per speculation of length k under greedy verification.
+
+    Replays speculation along the greedy output: while drafts are accepted the drafter's
+    context equals the output prefix, so draft j of a speculation is the n-gram mode at
+    that position, and the first miss (or k hits) ends the speculation. As in
+    `speculative_generate`, the last output token is always the target's own.
+    """
+    hits = greedy_hits(records, confidence)
+    accepted, pos = [], 0
+    while pos < len(hits):
+        a = 0
+        while a < k and pos + a < len(hits) - 1 and hits[pos + a]:
+            a += 1
+        accepted.append(a)
+        pos += a + 1
+    return sum(accepted) / len(accepted) if accepted else 0.0
+
+
+@torch.inference_mode()
+def position_records(
+    target: torch.nn.Module,
+    engine: Any,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    temperature: float = 1.0,
+) -> list[PositionRecord]:
+    """Records for each output position: target p (teacher-forced) and infgram_ntd q.
+
+    `engine` is a CheckedEngine, an InfiniGramDrafter (its engine is used) or anything
+    with an `infgram_ntd` method. The n-gram context is the prompt plus the output so far,
+    as in decoding.
+    """
+    ngram = engine.engine if isinstance(engine, InfiniGramDrafter) else engine
+    prompt, output = [int(t) for t in prompt_ids], [int(t) for t in output_ids]
+    ids = torch.tensor([prompt + output], dtype=torch.long)  # (1, P+N)
+    logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # (N, V)
+    probs = torch.softmax(logits.double() / temperature, dim=-1)  # (N, V)
+    records = []
+    for i, token in enumerate(output):
+        res = ngram.infgram_ntd(prompt + output[:i])
+        if "error" in res:
+            raise RuntimeError(f"infgram_ntd failed at position {i}: {res['error']}")
+        q = {int(t): float(r["prob"]) for t, r in res["result_by_token_id"].items()}
+        records.append(
+            PositionRecord(token, probs[i], q, int(res["suffix_len"]), int(res["prompt_cnt"]))
+        )
+    return records

@@ -1,0 +1,80 @@
+"""Crash-safe file output and provenance records shared by every stage."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary sibling path; move it onto `final` only if the block succeeds.
+
+    A crash (or SIGKILL) mid-write leaves at most a `.tmp-*` file, never a plausible
+    `final`. Works for files and for directories (e.g. `save_pretrained` targets).
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    target = tmp / final.name
+    try:
+        yield target
+        if final.is_dir() and not final.is_symlink():
+            _rmtree(final)
+        os.replace(target, final)
+    finally:
+        _rmtree(tmp)
+
+
+def _rmtree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write `obj` as indented JSON, atomically."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file."""
+    return json.loads(Path(path).read_text())
+
+
+def config_hash(obj: Any) -> str:
+    """Short stable hash of a JSON-serialisable config fragment."""
+    blob = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def provenance(config: Any = None, **extra: Any) -> dict[str, Any]:
+    """What produced a result: config hash, library versions, CPU/GPU and thread count."""
+    import torch
+    import transformers
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    record: dict[str, Any] = {
+        "config_hash": config_hash(config) if config is not None else None,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "gpu": gpu,
+        "threads": torch.get_num_threads(),
+    }
+    record.update(extra)
+    return record

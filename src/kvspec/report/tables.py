@@ -1,0 +1,68 @@
+"""Tables: read the documents' numbers, place ours beside them, write CSV + Markdown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvspec.io import write_text
+
+
+def read_paper_table(path: str | Path) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+    """A `config/paper_results/` CSV and its `# key: value` header (source, table, notes)."""
+    meta: dict[str, list[str]] = {}
+    with open(path) as fh:
+        for line in fh:
+            if not line.startswith("#"):
+                break
+            key, _, value = line[1:].strip().partition(":")
+            meta.setdefault(key.strip(), []).append(value.strip())
+    if "source" not in meta or "table" not in meta:
+        raise ValueError(f"{path}: header must name the source document and the table")
+    return pd.read_csv(path, comment="#", dtype=str, keep_default_na=False), meta
+
+
+def side_by_side(
+    ours: pd.DataFrame, paper: pd.DataFrame, keys: list[str], metrics: list[str]
+) -> pd.DataFrame:
+    """Join on `keys`; each metric becomes two columns, `<m> (ours)` and `<m> (paper)`."""
+    left = ours[keys + metrics].rename(columns={m: f"{m} (ours)" for m in metrics})
+    right = paper[keys + metrics].rename(columns={m: f"{m} (paper)" for m in metrics})
+    merged = left.merge(right, on=keys, how="outer", sort=False)
+    ordered = keys + [f"{m} ({w})" for m in metrics for w in ("ours", "paper")]
+    return merged[ordered]
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return "" if pd.isna(v) else floatfmt.format(v)
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    header = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *rows]) + "\n"
+
+
+def write_table(
+    df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, title: str, notes: list[str]
+) -> None:
+    """Write `df` as CSV and as Markdown with a title and notes (source, provenance)."""
+    write_text(csv_path, df.to_csv(index=False))
+    lines = [f"# {title}", "", *[f"- {n}" for n in notes], "", to_markdown(df)]
+    write_text(md_path, "\n".join(lines))
+
+
+def render_paper_only(paper_csv: str | Path, csv_path: str | Path, md_path: str | Path) -> None:
+    """Render a table that has nothing to reproduce (e.g. a literature table) from its CSV."""
+    df, meta = read_paper_table(paper_csv)
+    notes = [
+        f"Paper numbers only (nothing to measure): source {meta['source'][0]}",
+        *meta.get("notes", []),
+    ]
+    write_table(df, csv_path, md_path, meta["table"][0], notes)

@@ -1,0 +1,134 @@
+"""The speculative decoding loop shared by every drafter, and the plain greedy baseline.
+
+Cache invariant in both loops: the target's KV cache holds every committed token except
+the last one, which is fed at the start of the next forward pass. A speculative step
+feeds that token plus the k drafts at once, reads k+1 next-token distributions, and crops
+the cache back to the committed prefix after verification.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvspec.spec.drafters import Draft, Drafter, crop_to, one_hot
+from kvspec.spec.verify import verify_greedy, verify_sampling
+
+
+@dataclass
+class Step:
+    """One draft-and-verify round: how many tokens were drafted and accepted, and its cost."""
+
+    drafted: int
+    accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    cache_len: int  # target cache length after the step (= committed tokens - 1)
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target: torch.nn.Module,
+    input_ids: torch.Tensor | list[int],
+    drafter: Drafter,
+    max_new_tokens: int,
+    k: int,
+    mode: str = "greedy",
+    temperature: float = 1.0,
+    eos_token_id: int | None = None,
+    seed: int = 0,
+) -> tuple[list[int], list[Step]]:
+    """Generate up to `max_new_tokens` tokens with draft-then-verify; return (tokens, steps).
+
+    `mode="greedy"` reproduces plain greedy decoding token for token; `mode="sample"`
+    samples from softmax(logits / temperature) exactly, via rejection sampling. Drafts are
+    shortened so a step never overshoots the budget; generation stops after `eos_token_id`.
+    """
+    if mode not in ("greedy", "sample"):
+        raise ValueError(f"mode must be 'greedy' or 'sample', not {mode!r}")
+    generator = torch.Generator().manual_seed(seed)
+    prompt = _as_list(input_ids)
+    cache = _prefill(target, prompt)
+    seq, new, steps = list(prompt), [], []
+    while len(new) < max_new_tokens and not _ended(new, eos_token_id):
+        budget = min(k, max_new_tokens - len(new) - 1)
+        t0 = time.perf_counter()
+        draft = drafter.propose(seq, budget) if budget > 0 else None
+        drafts = draft.tokens[:budget] if draft else []
+        t1 = time.perf_counter()
+        logits = _forward(target, cache, [seq[-1], *drafts])  # (n_drafts+1, V)
+        if mode == "greedy":
+            n_acc, nxt = verify_greedy(logits, drafts)
+        else:
+            probs = torch.softmax(logits.double() / temperature, dim=-1)
+            n_acc, nxt = verify_sampling(probs, drafts, _proposal(draft, drafts), generator)
+        crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
+        t2 = time.perf_counter()
+        emitted = _truncate_at_eos([*drafts[:n_acc], nxt], eos_token_id)
+        seq += emitted
+        new += emitted
+        steps.append(Step(len(drafts), n_acc, t1 - t0, t2 - t1, cache.get_seq_length()))
+    return new[:max_new_tokens], steps
+
+
+@torch.inference_mode()
+def greedy_generate(
+    target: torch.nn.Module,
+    input_ids: torch.Tensor | list[int],
+    max_new_tokens: int,
+    eos_token_id: int | None = None,
+) -> list[int]:
+    """Plain greedy decoding, one token per forward pass, with the same cache handling."""
+    prompt = _as_list(input_ids)
+    cache = _prefill(target, prompt)
+    last, new = prompt[-1], []
+    while len(new) < max_new_tokens and not _ended(new, eos_token_id):
+        logits = _forward(target, cache, [last])  # (1, V)
+        last = int(torch.argmax(logits[0]))
+        new.append(last)
+    return new
+
+
+def _prefill(target: torch.nn.Module, prompt: list[int]) -> Any:
+    """A DynamicCache holding the prompt minus its last token."""
+    from transformers import DynamicCache
+
+    if not prompt:
+        raise ValueError("the prompt must contain at least one token")
+    cache = DynamicCache()
+    if len(prompt) > 1:
+        _forward(target, cache, prompt[:-1])
+    return cache
+
+
+def _forward(target: torch.nn.Module, cache: Any, tokens: list[int]) -> torch.Tensor:
+    """Feed `tokens` after the cached prefix; return their next-token logits.  # (T, V)"""
+    ids = torch.tensor([tokens], dtype=torch.long)  # (1, T)
+    out = target(input_ids=ids, past_key_values=cache, use_cache=True)
+    return out.logits[0]
+
+
+def _proposal(draft: Draft | None, drafts: list[int]) -> Any:
+    """The draft's proposal distributions; one-hot if the drafter gave none."""
+    if draft is None or draft.q is None:
+        return one_hot(drafts)
+    return draft.q
+
+
+def _as_list(input_ids: torch.Tensor | list[int]) -> list[int]:
+    if isinstance(input_ids, torch.Tensor):
+        return [int(t) for t in input_ids.reshape(-1)]
+    return [int(t) for t in input_ids]
+
+
+def _ended(tokens: list[int], eos_token_id: int | None) -> bool:
+    return eos_token_id is not None and bool(tokens) and tokens[-1] == eos_token_id
+
+
+def _truncate_at_eos(tokens: list[int], eos_token_id: int | None) -> list[int]:
+    if eos_token_id is not None and eos_token_id in tokens:
+        return tokens[: tokens.index(eos_token_id) + 1]
+    return tokens

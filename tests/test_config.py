@@ -1,0 +1,95 @@
+"""Config validation: every scale validates; bad keys, types and ranges name the key."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from kvspec.config import ConfigError, validate
+
+from .conftest import REPO
+
+
+@pytest.mark.parametrize("scale", ["config", "ci", "paper"])
+def test_every_scale_validates_and_gets_defaults(scale: str, schema: dict) -> None:
+    config = yaml.safe_load((REPO / "config" / f"{scale}.yaml").read_text())
+    filled = validate(config, schema)
+    assert filled["seed"] == config.get("seed", 0)
+    for spec in filled["data"]["datasets"].values():
+        assert "eval" in spec and "limit" in spec  # defaults were filled in
+    assert filled["models"]["target"]["pretrain"] or filled["models"]["target"]["hub"]
+
+
+def test_input_is_not_mutated(mini_config: dict, schema: dict) -> None:
+    before = copy.deepcopy(mini_config)
+    validate(mini_config, schema)
+    assert mini_config == before
+
+
+def _set(cfg: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    for p in parents:
+        cfg = cfg[p]
+    cfg[last] = value
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("colour", 1, "colour"),  # unknown top-level key
+        ("tokenizer.vocab_size", "big", "tokenizer.vocab_size"),  # wrong type
+        ("tokenizer.vocab_size", 10, "tokenizer.vocab_size"),  # out of range
+        ("models.target.pretrain.train.lr", -1.0, "models.target.pretrain.train.lr"),
+        ("models.target.pretrain.arch.family", "gpt2", "models.target.pretrain.arch.family"),
+        ("data.datasets.alpaca.kind", "images", "data.datasets.alpaca.kind"),
+        ("data.datasets.alpaca.shuffle", True, "data.datasets.alpaca.shuffle"),
+        ("seed", -3, "seed"),
+    ],
+)
+def test_bad_value_names_the_key(
+    mini_config: dict, schema: dict, key: str, value, named: str
+) -> None:
+    _set(mini_config, key, value)
+    with pytest.raises(ConfigError, match=f"config key '{named}'"):
+        validate(mini_config, schema)
+
+
+def test_eval_split_may_not_enter_pretraining(mini_config: dict, schema: dict) -> None:
+    mini_config["pretrain"]["sources"].append("wikitext2_test")
+    with pytest.raises(ConfigError, match="wikitext2_test.*evaluation set"):
+        validate(mini_config, schema)
+
+
+def test_unknown_pretraining_source(mini_config: dict, schema: dict) -> None:
+    mini_config["pretrain"]["sources"].append("nowhere")
+    with pytest.raises(ConfigError, match="unknown dataset 'nowhere'"):
+        validate(mini_config, schema)
+
+
+def test_missing_mirror_directory(mini_config: dict, schema: dict, tmp_path) -> None:
+    mini_config["data"]["mirror"] = str(tmp_path / "absent")
+    with pytest.raises(ConfigError, match="data.mirror"):
+        validate(mini_config, schema)
+
+
+def test_model_needs_hub_or_pretrain(mini_config: dict, schema: dict) -> None:
+    mini_config["models"]["draft"] = {}
+    with pytest.raises(ConfigError, match="models.draft"):
+        validate(mini_config, schema)
+
+
+def test_mini_models_have_the_documented_shapes(mini_config: dict, schema: dict) -> None:
+    models = validate(mini_config, schema)["models"]
+    assert models["target"]["pretrain"]["arch"]["family"] == "llama"
+    assert models["target_alt"]["pretrain"]["arch"]["family"] == "qwen3"
+    arch = models["target"]["pretrain"]["arch"]
+    assert arch["heads"] > arch["kv_heads"]  # GQA
+
+
+def test_key_order_does_not_matter(mini_config: dict, schema: dict) -> None:
+    """Reordered keys give the identical (same-order) config, so no spurious reruns."""
+    reordered = yaml.safe_load(yaml.safe_dump(mini_config, sort_keys=True))
+    a, b = validate(mini_config, schema), validate(reordered, schema)
+    assert repr(a) == repr(b)

@@ -1,0 +1,253 @@
+"""Hostile programs must each be contained, reported as failed/timeout, and leave no trace."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import pytest
+
+import kvspec
+from kvspec.eval.sandbox import RunResult, detect_isolation, run_program
+
+ISO = detect_isolation()
+needs_uid = pytest.mark.skipif(not ISO.drop_uid, reason="uid drop needs root")
+needs_netns = pytest.mark.skipif(not ISO.netns, reason="network namespaces unavailable")
+
+
+_baseline: set[int] = set()
+
+
+def run(source: str, **kwargs: float) -> RunResult:
+    """run_program on dedented source; remembers our children beforehand for `leftovers`."""
+    _baseline.clear()
+    _baseline.update(p.pid for p in psutil.Process().children(recursive=True))
+    return run_program(textwrap.dedent(source), **kwargs)
+
+
+def leftovers(result: RunResult) -> list[psutil.Process]:
+    """Processes (live or zombie) from the last run: new descendants of ours, or its uid."""
+    new = [p for p in psutil.Process().children(recursive=True) if p.pid not in _baseline]
+    if result.uid is None:
+        return new
+    return new + [p for p in psutil.process_iter() if _real_uid(p) == result.uid]
+
+
+def _real_uid(proc: psutil.Process) -> int | None:
+    try:
+        return proc.uids().real
+    except psutil.Error:
+        return None
+
+
+def test_plain_program_passes_and_captures_output() -> None:
+    result = run("print('hello'); import sys; print('warn', file=sys.stderr)")
+    assert result.status == "passed", result
+    assert result.stdout_tail == "hello\n" and result.stderr_tail == "warn\n"
+    assert result.returncode == 0 and result.seconds < 5
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("assert 1 + 1 == 3, 'bad sum'", "AssertionError: bad sum"),
+        ("def f(:\n    pass", "SyntaxError"),
+        ("raise KeyError('k')", "KeyError: 'k'"),
+        ("import os\nos._exit(0)\nassert False", "before the end of the program"),
+        ("import os\nos._exit(3)", "exit status 3"),
+        ("import sys\nsys.exit(0)\nassert False", "SystemExit(0) before the end"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "killed by signal 9"),
+        ("exit(0)", "NameError"),  # no site module, so no exit()/quit() helpers
+    ],
+)
+def test_failures_have_specific_reasons(source: str, reason: str) -> None:
+    result = run(source)
+    assert result.status == "failed", result
+    assert reason in result.reason, result.reason
+
+
+def test_infinite_loop_times_out() -> None:
+    result = run("while True:\n    pass", timeout_s=1.0)
+    assert result.status == "timeout" and result.reason == "timeout after 1.0s"
+    assert result.seconds < 3 and not leftovers(result)
+
+
+def test_cpu_limit_stops_busy_loop() -> None:
+    result = run("while True:\n    pass", timeout_s=10.0, cpu_s=1)
+    assert result.status == "timeout" and "SIGXCPU" in result.reason, result
+    assert result.seconds < 5
+
+
+def test_fork_bomb_is_contained_and_leaves_no_process() -> None:
+    bomb = """
+        import os
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+    """
+    result = run(bomb, timeout_s=2.0)
+    assert result.status == "timeout", result
+    assert not leftovers(result)
+    start = time.monotonic()  # the machine is still responsive
+    assert run("print(sum(range(10)))").stdout_tail == "45\n"
+    assert time.monotonic() - start < 2
+
+
+def test_unguarded_fork_bomb_fails_fast() -> None:
+    result = run("import os\nwhile True:\n    os.fork()", timeout_s=3.0)
+    assert result.status in ("failed", "timeout"), result
+    assert not leftovers(result)
+
+
+def test_fork_bomb_does_not_disturb_concurrent_runs() -> None:
+    """Each run has its own uid, so one program's process limit is not another's."""
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    sources = [bomb] + [f"import os\nprint(os.fork() and {i})" for i in range(6)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda src: run_program(src, timeout_s=2.0), sources))
+    assert results[0].status == "timeout"
+    assert all(r.status == "passed" for r in results[1:]), results[1:]
+    assert not any(leftovers(r) for r in results)
+
+
+def test_daemon_that_escapes_the_session_is_killed() -> None:
+    daemon = """
+        import os, time
+        r, w = os.pipe()
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.write(w, str(os.getpid()).encode())
+                time.sleep(60)
+            os._exit(0)
+        print(os.read(r, 32).decode())
+    """
+    result = run(daemon)
+    pid = int(result.stdout_tail)
+    assert not psutil.pid_exists(pid), psutil.Process(pid).status()
+    assert not leftovers(result)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["x = bytearray(4 * 1024**3)", "chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))"],
+)
+def test_memory_hog_fails_in_child_only(source: str) -> None:
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    result = run(source, mem_mb=256)
+    assert result.status == "failed" and result.reason == "MemoryError", result
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    assert psutil.Process().memory_info().rss < 2 * 1024**3
+
+
+def test_output_flood_is_capped() -> None:
+    result = run("while True:\n    print('x' * 10000)", fsize_mb=1)
+    assert result.status == "failed" and "File too large" in result.reason, result
+    assert len(result.stdout_tail) <= 2000
+
+
+@needs_uid
+def test_writes_and_deletes_outside_the_sandbox_fail(tmp_path: Path) -> None:
+    sentinel, target = tmp_path / "sentinel.txt", tmp_path / "escape.txt"
+    sentinel.write_text("keep me")
+    in_package = Path(kvspec.__file__).parent / "pwned.py"
+    for source in (
+        f"open({str(target)!r}, 'w').write('x')",
+        f"import os\nos.remove({str(sentinel)!r})",
+        f"open({str(in_package)!r}, 'w').write('x')",
+        f"import shutil\nshutil.rmtree({str(tmp_path)!r})",
+    ):
+        result = run(source)
+        assert result.status == "failed" and "PermissionError" in result.reason, result
+    assert sentinel.read_text() == "keep me"
+    assert not target.exists() and not in_package.exists()
+
+
+@needs_uid
+def test_files_left_in_world_writable_dirs_are_removed() -> None:
+    stray = f"/tmp/kvspec-stray-{os.getpid()}"
+    result = run(f"open({stray!r}, 'w').write('x')\nimport os\nos.mkdir({stray + 'd'!r})")
+    assert result.status == "passed", result
+    assert not os.path.exists(stray) and not os.path.exists(stray + "d")
+
+
+def test_runs_in_a_fresh_temp_dir_that_is_removed() -> None:
+    result = run("import os\nprint(os.getcwd(), os.environ['HOME'], os.environ['TMPDIR'])")
+    cwd, home, tmpdir = result.stdout_tail.split()
+    assert cwd == home == tmpdir and "kvspec-sandbox-" in cwd
+    assert not os.path.exists(cwd)
+
+
+def test_environment_secrets_are_not_inherited(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SECRET", "hunter2-fake-token")
+    spy = """
+        import os
+        print(sorted(os.environ))
+        print(os.environ.get("SECRET"))
+        print(open(f"/proc/{os.getppid()}/environ", "rb").read())
+    """
+    result = run(spy)
+    assert "hunter2" not in result.stdout_tail + result.stderr_tail
+    assert "'SECRET'" not in result.stdout_tail
+    if ISO.drop_uid:  # another uid may not read the parent's /proc entries
+        assert result.status == "failed" and "PermissionError" in result.reason
+
+
+@needs_netns
+def test_no_connection_to_loopback() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        result = run(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)")
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    assert result.status == "failed" and "unreachable" in result.reason, result
+
+
+@needs_netns
+def test_no_connection_to_external_address() -> None:
+    result = run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)")
+    assert result.status == "failed" and "unreachable" in result.reason, result
+
+
+def test_forged_success_report_does_not_pass() -> None:
+    forger = """
+        import os
+        for fd in range(3, 64):
+            try:
+                os.write(fd, b"OK 00000000000000000000000000000000")
+            except OSError:
+                pass
+        os._exit(0)
+    """
+    assert run(forger).status == "failed"
+
+
+def test_monkeypatching_builtins_and_os_cannot_fake_a_pass() -> None:
+    patcher = """
+        import builtins, os, sys
+        builtins.print = lambda *a, **k: None
+        builtins.AssertionError = type("Harmless", (Exception,), {})
+        os.write = lambda *a: 0
+        sys.exit = os._exit = lambda *a: None
+        assert 1 == 2, "still fails"
+    """
+    result = run(patcher)
+    assert result.status == "failed" and "still fails" in result.reason, result
+
+
+def test_isolation_is_reported() -> None:
+    tags = run("pass").isolation
+    assert {"subprocess", "setsid", "rlimits", "tmpdir", "clean-env"} <= set(tags)
+    assert ("netns" in tags) == ISO.netns
+    assert any(t.startswith("uid=") for t in tags) == ISO.drop_uid

@@ -1,0 +1,22 @@
+# Stage models: models given by hub id are downloaded once and saved locally (paper scale).
+
+
+rule models_fetch:
+    output:
+        directory("results/models/{model}"),
+    log:
+        "logs/models/{model}.log",
+    benchmark:
+        "benchmarks/models/{model}.tsv"
+    wildcard_constraints:
+        model=one_of(HUB_MODELS),
+    conda:
+        env_path("kvspec")
+    resources:
+        mem_mb=64000,
+        runtime=120,
+    params:
+        hub=hub_model_id,
+        dtype=config["resources"]["dtype"],
+    script:
+        script_path("models_fetch.py")

@@ -1,0 +1,85 @@
+# Stage pretrain (mini and ci scales): corpus -> tokenizer -> token streams -> models.
+
+
+rule pretrain_corpus:
+    input:
+        unpack(pretrain_sources),
+    output:
+        "results/pretrain/corpus.jsonl",
+    log:
+        "logs/pretrain/corpus.log",
+    conda:
+        env_path("kvspec")
+    params:
+        kinds=pretrain_source_kinds,
+        stdlib_bytes=config["pretrain"]["python_stdlib_bytes"],
+    script:
+        script_path("pretrain_corpus.py")
+
+
+rule pretrain_tokenizer:
+    input:
+        "results/pretrain/corpus.jsonl",
+    output:
+        directory("results/models/tokenizer"),
+    log:
+        "logs/pretrain/tokenizer.log",
+    benchmark:
+        "benchmarks/pretrain/tokenizer.tsv"
+    conda:
+        env_path("kvspec")
+    params:
+        tokenizer=config["tokenizer"],
+        seed=config["seed"],
+    script:
+        script_path("pretrain_tokenizer.py")
+
+
+rule pretrain_tokenize:
+    input:
+        corpus="results/pretrain/corpus.jsonl",
+        tokenizer="results/models/tokenizer",
+    output:
+        train="results/pretrain/tokens/train.npy",
+        val="results/pretrain/tokens/val.npy",
+        stats="results/pretrain/tokens/stats.json",
+    log:
+        "logs/pretrain/tokenize.log",
+    benchmark:
+        "benchmarks/pretrain/tokenize.tsv"
+    conda:
+        env_path("kvspec")
+    params:
+        val_fraction=config["pretrain"]["val_fraction"],
+        seed=config["seed"],
+    script:
+        script_path("pretrain_tokenize.py")
+
+
+rule pretrain_train:
+    input:
+        tokenizer="results/models/tokenizer",
+        train="results/pretrain/tokens/train.npy",
+        val="results/pretrain/tokens/val.npy",
+    output:
+        model=directory("results/models/{model}"),
+        curve="results/pretrain/{model}/loss.csv",
+        stats="results/pretrain/{model}/stats.json",
+    log:
+        "logs/pretrain/{model}.log",
+    benchmark:
+        "benchmarks/pretrain/{model}.tsv"
+    wildcard_constraints:
+        model=one_of(PRETRAINED),
+    conda:
+        env_path("kvspec")
+    threads: 2
+    resources:
+        mem_mb=6000,
+        runtime=120,
+    params:
+        spec=pretrain_spec,
+        seed=config["seed"],
+        checkpoint="resources/checkpoints/pretrain/{model}.pt",
+    script:
+        script_path("pretrain_train.py")
