@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,47 @@ def schema() -> dict:
 @pytest.fixture()
 def mini_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the workflow in `workdir` (ci config and the offline mirror unless overridden)."""
+    cmd = [
+        *SNAKEMAKE,
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "2",
+        *args,
+    ]
+    if "--configfile" not in args:
+        cmd += ["--configfile", str(REPO / "config" / "ci.yaml")]
+    if "--config" not in args:
+        cmd += ["--config", f"data={{'mirror': '{shared_mirror()}'}}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if check and proc.returncode:
+        raise AssertionError(f"snakemake failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
+    """Job counts per rule from a dry run's job-stats table."""
+    text = proc.stdout + proc.stderr
+    table = text.split("Job stats:")[-1] if "Job stats:" in text else ""
+    rows = re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+    return {m[1]: int(m[2]) for m in rows if m[1] != "total"}
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory) -> Path:
+    """The whole DAG at ci scale, run once per test session; tests read its outputs."""
+    if shared_mirror() is None:
+        pytest.skip("offline data mirror not present")
+    workdir = tmp_path_factory.mktemp("ci_run")
+    snakemake(workdir)
+    return workdir

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,49 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from .conftest import REPO, shared_mirror
+from .conftest import REPO, SNAKEMAKE, planned_jobs, shared_mirror, snakemake
 
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mirror not present")
-
-
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    mirror = f"data={{'mirror': '{shared_mirror()}'}}"
-    cmd = [
-        *SNAKEMAKE,
-        "--snakefile",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--cores",
-        "2",
-        *args,
-    ]
-    if "--configfile" not in args:
-        cmd += ["--configfile", str(REPO / "config" / "ci.yaml")]
-    if "--config" not in args:
-        cmd += ["--config", mirror]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if check and proc.returncode:
-        raise AssertionError(f"snakemake failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
-
-
-def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
-    """Job counts per rule from a dry run's job-stats table."""
-    text = proc.stdout + proc.stderr
-    table = text.split("Job stats:")[-1] if "Job stats:" in text else ""
-    return {
-        m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"
-    }
-
-
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory) -> Path:
-    workdir = tmp_path_factory.mktemp("ci_run")
-    snakemake(workdir)
-    return workdir
 
 
 @pytest.fixture(scope="module")

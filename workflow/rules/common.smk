@@ -81,6 +81,16 @@ def pretrain_report_outputs():
     )
 
 
+def care_outputs():
+    """Final products of the CARE stages (covariance, convert, evaluate; thesis ch. 3)."""
+    return []
+
+
+def spec_outputs():
+    """Final products of the speculative-decoding stages (generate, ngram, specdecode; ch. 4)."""
+    return []
+
+
 def all_outputs():
     """Every final product of the configured scale."""
     return [
@@ -89,4 +99,6 @@ def all_outputs():
         "results/report/thesis_table_2_1.csv",
         "results/report/thesis_table_2_1.md",
         *pretrain_report_outputs(),
+        *care_outputs(),
+        *spec_outputs(),
     ]
