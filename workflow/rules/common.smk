@@ -51,7 +51,13 @@ def env_path(name):
 
 
 def dataset_spec(wildcards):
-    return config["data"]["datasets"][wildcards.dataset]
+    """The dataset's declaration, less its free-text note (editing a note reruns nothing)."""
+    spec = config["data"]["datasets"][wildcards.dataset]
+    return {k: v for k, v in spec.items() if k != "note"}
+
+
+def dataset_note(wildcards):
+    return config["data"]["datasets"][wildcards.dataset]["note"]
 
 
 def pretrain_spec(wildcards):
@@ -98,6 +104,8 @@ def all_outputs():
         *expand("results/models/{model}", model=MODELS),
         "results/report/thesis_table_2_1.csv",
         "results/report/thesis_table_2_1.md",
+        "results/report/data_sources.csv",
+        "results/report/data_sources.md",
         *pretrain_report_outputs(),
         *care_outputs(),
         *spec_outputs(),

@@ -55,6 +55,13 @@ def source_rows(name: str, spec: dict[str, Any], mirror: str | None) -> tuple[li
 
 def load_dataset(name: str, spec: dict[str, Any], mirror: str | None) -> list[dict[str, Any]]:
     """Normalized, schema-checked records of dataset `name` (first `limit` when set)."""
+    return load_with_origin(name, spec, mirror)[0]
+
+
+def load_with_origin(
+    name: str, spec: dict[str, Any], mirror: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """Like load_dataset, plus where the rows came from (package, mirror files or hub id)."""
     sources, origin = source_rows(name, spec, mirror)
     adapter = ADAPTERS[spec["adapter"]]
     try:
@@ -71,4 +78,4 @@ def load_dataset(name: str, spec: dict[str, Any], mirror: str | None) -> list[di
     for i, rec in enumerate(records):
         check_record(rec, spec["kind"], f"dataset {name!r} ({origin}) record {i}")
     log.info("dataset %s: %d %s records from %s", name, len(records), spec["kind"], origin)
-    return records
+    return records, origin

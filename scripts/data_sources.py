@@ -1,0 +1,7 @@
+"""Rule data_sources: one report table of every dataset, its origin, size and substitutions."""
+
+from kvspec.logs import log_to
+from kvspec.report.data import render_sources
+
+with log_to(snakemake.log[0]):
+    render_sources(list(snakemake.input), snakemake.output.csv, snakemake.output.md)
