@@ -20,6 +20,14 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/covariance.smk"
+include: "workflow/rules/convert.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report_care.smk"
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/ngram.smk"
+include: "workflow/rules/specdecode.smk"
+include: "workflow/rules/report_spec.smk"
 
 
 rule all:

@@ -121,3 +121,62 @@ def test_expected_accepted_equals_measured_speculation(setup):
         _, steps = speculative_generate(target, prompt, drafter, len(output), k=4)
         measured = sum(s.accepted for s in steps) / len(steps)
         assert expected_accepted_tokens(records, k=4) == pytest.approx(measured)
+
+
+# ------------------------------------------------ per-position rows (what the workflow stores)
+
+
+def _rows(records, prompt="a"):
+    import pandas as pd
+
+    from kvspec.eval.acceptance import position_row
+
+    df = pd.DataFrame([position_row(r) for r in records])
+    df.insert(0, "pos", range(len(df)))
+    df.insert(0, "prompt", prompt)
+    return df
+
+
+def test_rows_reproduce_the_record_functions():
+    from kvspec.eval.acceptance import acceptance_grid, accepted_per_speculation, hit_rate_table
+
+    rows = _rows(RECORDS)
+    grid = acceptance_grid(rows, bins=(0, 4, 8, 16), thresholds=(None, 0.5, 0.6))
+    by_len = acceptance_by_match_length(RECORDS, bins=(0, 4, 8, 16))
+    by_conf = acceptance_by_confidence(RECORDS, thresholds=(None, 0.5, 0.6))
+    for _, cell in grid.iterrows():
+        if cell["threshold"] == "all":
+            assert cell["acceptance"] == pytest.approx(by_len[cell["min_match"]]["acceptance"])
+        if cell["min_match"] == 0:
+            assert cell["acceptance"] == pytest.approx(by_conf[cell["threshold"]]["acceptance"])
+    assert hit_rate_table(rows) == match_hit_rates(RECORDS)
+    for k, conf in [(4, 0.0), (1, 0.0), (4, 0.6)]:
+        got = accepted_per_speculation(rows, k, 0, conf)["accepted"]
+        assert got == pytest.approx(expected_accepted_tokens(RECORDS, k, conf))
+
+
+def test_accepted_per_speculation_by_min_match_and_prompt():
+    import pandas as pd
+
+    from kvspec.eval.acceptance import accepted_per_speculation
+
+    # min match 4: speculation starts at position 1 (len 4): hit, then miss at 2 -> 1 accepted;
+    # position 3 (len 16) is the last token -> 0. Mean (1 + 0) / 2.
+    rows = _rows(RECORDS)
+    assert accepted_per_speculation(rows, 4, min_match=4)["accepted"] == pytest.approx(0.5)
+    assert accepted_per_speculation(rows, 4, min_match=20)["speculations"] == 0
+    # Two prompts are replayed separately: no speculation runs across the boundary.
+    both = pd.concat([_rows(RECORDS, "a"), _rows(RECORDS, "b")])
+    assert accepted_per_speculation(both, 4)["speculations"] == 2 * 2  # (2, 0) per prompt
+
+
+def test_acceptance_surface_cells():
+    from kvspec.eval.acceptance import acceptance_surface
+
+    rows = _rows(RECORDS)
+    rows["count"] = [1000, 100, 10, 1]
+    cells = acceptance_surface(rows, max_len=8, freq_bins=3)
+    assert cells["n"].sum() == 4 and cells["match_len"].max() == 8  # 16 clipped to 8
+    assert cells["acceptance"].between(0, 1).all()
+    top = cells[cells["match_len"] == 0]
+    assert top["log10_count"].item() == pytest.approx(2.5) and top["acceptance"].item() == 1.0

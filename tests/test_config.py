@@ -74,6 +74,24 @@ def test_missing_mirror_directory(mini_config: dict, schema: dict, tmp_path) -> 
         validate(mini_config, schema)
 
 
+def test_dataset_must_be_loadable_from_somewhere(mini_config: dict, schema: dict, tmp_path) -> None:
+    (tmp_path / "c4").mkdir()
+    (tmp_path / "c4" / "docs.jsonl").write_text('{"text": "x"}\n')
+    mini_config["data"]["mirror"] = str(tmp_path)
+    for name, spec in mini_config["data"]["datasets"].items():
+        if not spec.get("package"):
+            spec["hub"] = spec["hub"] or {"path": f"org/{name}", "split": "test"}
+    c4 = mini_config["data"]["datasets"]["c4"]
+    c4.update(mirror=["c4/docs.jsonl"], hub=None)
+    validate(mini_config, schema)  # present in the mirror: fine without a hub id
+    c4["mirror"] = ["c4/gone.jsonl"]
+    with pytest.raises(ConfigError, match=r"data\.datasets\.c4.*c4/gone\.jsonl.*no hub"):
+        validate(mini_config, schema)
+    mini_config["data"]["mirror"] = None
+    with pytest.raises(ConfigError, match=r"data\.datasets\.c4.*no hub id, package or mirror"):
+        validate(mini_config, schema)
+
+
 def test_model_needs_hub_or_pretrain(mini_config: dict, schema: dict) -> None:
     mini_config["models"]["draft"] = {}
     with pytest.raises(ConfigError, match="models.draft"):

@@ -121,6 +121,14 @@ def test_wrong_fields_name_the_dataset(tmp_path) -> None:
         load_dataset("x", spec("text", "text", ["x.jsonl"]), str(tmp_path))
 
 
+def test_wrong_fields_name_file_and_line(tmp_path) -> None:
+    """The first raw row the adapter rejects is located (blank lines counted as lines)."""
+    rows = ['{"text": "a"}', "", '{"text": "b"}', '{"body": "c"}']
+    (tmp_path / "x.jsonl").write_text("\n".join(rows) + "\n")
+    with pytest.raises(DataError, match=r"x\.jsonl:4: dataset 'x'.*adapter 'text'"):
+        load_dataset("x", spec("text", "text", ["x.jsonl"]), str(tmp_path))
+
+
 def test_write_then_read_round_trip_and_schema_check(tmp_path) -> None:
     out = tmp_path / "d.jsonl"
     write_jsonl(out, [{"id": "0", "text": "hello"}], "text")

@@ -77,12 +77,30 @@ def canonical(obj: Any) -> Any:
     return obj
 
 
+def check_dataset_source(name: str, spec: Mapping[str, Any], mirror: str | None) -> None:
+    """A dataset must be loadable from somewhere: its package, its hub id, or files present in
+    the mirror. Caught here, the run stops before any job instead of at the data job."""
+    if spec.get("package") or spec.get("hub"):
+        return
+    key = f"config key 'data.datasets.{name}'"
+    if not mirror or not spec.get("mirror"):
+        raise ConfigError(f"{key}: dataset {name!r} has no hub id, package or mirror file")
+    missing = [f for f in spec["mirror"] if not (Path(mirror) / f).exists()]
+    if missing:
+        raise ConfigError(
+            f"{key}: dataset {name!r}: {missing} not found in the mirror {mirror!r} "
+            "and no hub fallback is given"
+        )
+
+
 def check_cross_keys(config: Mapping[str, Any]) -> None:
     """Checks that relate several keys: references resolve, no eval split enters training."""
     datasets = config["data"]["datasets"]
     mirror = config["data"].get("mirror")
     if mirror and not Path(mirror).is_dir():
         raise ConfigError(f"config key 'data.mirror': directory {mirror!r} does not exist")
+    for name, spec in datasets.items():
+        check_dataset_source(name, spec, mirror)
     pre = config.get("pretrain", {})
     for name in pre.get("sources", []):
         if name not in datasets:
@@ -97,3 +115,116 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key 'models.{model}.pretrain': pretrain.sources is empty")
         if not spec.get("pretrain") and not spec.get("hub"):
             raise ConfigError(f"config key 'models.{model}': give either 'hub' or 'pretrain'")
+    check_care(config)
+
+
+def kv_width(config: Mapping[str, Any], model: str) -> int | None:
+    """g_h·d_h of `model` (kv_heads · hidden/heads) when its pretrain arch is in the config."""
+    spec = config["models"].get(model) or {}
+    arch = (spec.get("pretrain") or {}).get("arch")
+    return arch["kv_heads"] * (arch["hidden"] // arch["heads"]) if arch else None
+
+
+def resolve_ranks(spec: Mapping[str, Any], width: int | None, key: str) -> list[int]:
+    """The integer ranks of a `care_ranks` block: explicit `ranks`, else fractions of `width`."""
+    if spec.get("ranks"):
+        ranks = list(spec["ranks"])
+    elif spec.get("fractions"):
+        if width is None:
+            raise ConfigError(
+                f"config key '{key}.fractions': the model has no pretrain arch to resolve "
+                "fractions of g_h·d_h; give explicit ranks"
+            )
+        ranks = [max(1, round(f * width)) for f in spec["fractions"]]
+    else:
+        raise ConfigError(f"config key '{key}': give `fractions` or `ranks`")
+    if width is not None and not all(1 <= r <= width for r in ranks):
+        raise ConfigError(f"config key '{key}': ranks {ranks} must lie in [1, g_h·d_h={width}]")
+    if len(set(ranks)) != len(ranks):
+        raise ConfigError(f"config key '{key}': ranks {ranks} repeat a value")
+    return ranks
+
+
+def _check_care_data(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    datasets = config["data"]["datasets"]
+    sets = care["calibration"]["sets"]
+    for label, name in sets.items():
+        if name not in datasets:
+            raise ConfigError(
+                f"config key 'care.calibration.sets.{label}': unknown dataset {name!r}"
+            )
+        if datasets[name]["kind"] not in ("text", "instruction"):
+            raise ConfigError(
+                f"config key 'care.calibration.sets.{label}': dataset {name!r} is "
+                f"{datasets[name]['kind']}; calibration needs text or instruction data"
+            )
+    used = [("care.calibration.default", [care["calibration"]["default"]])]
+    used += [(f"care.{k}.calibration", care[k]["calibration"]) for k in ("table_3_4", "figure_3_3")]
+    for key, labels in used:
+        for label in labels:
+            if label not in sets:
+                raise ConfigError(f"config key '{key}': unknown calibration set {label!r}")
+
+
+def _check_care_models(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    models = [("care.table_3_1_model", care["table_3_1_model"])]
+    models += [("care.table_3_2_model", care["table_3_2_model"])] if care["table_3_2_model"] else []
+    models += [("care.figure_3_1.model", care["figure_3_1"]["model"])]
+    for key, model in models:
+        if model not in config["models"]:
+            raise ConfigError(f"config key '{key}': unknown model {model!r}")
+    for _, model in models:
+        width = kv_width(config, model)
+        resolve_ranks(care["ranks"], width, "care.ranks")
+        for sweep in ("table_3_4", "table_3_5", "figure_3_3", "figure_3_4"):
+            resolve_ranks(care[sweep]["ranks"], width, f"care.{sweep}.ranks")
+    fig = care["figure_3_1"]
+    arch = (config["models"][fig["model"]].get("pretrain") or {}).get("arch")
+    if fig["layers"] is None and arch is None:
+        raise ConfigError("config key 'care.figure_3_1.layers': list the layers (hub model)")
+    if arch and any(i >= arch["layers"] for i in fig["layers"] or []):
+        raise ConfigError(f"config key 'care.figure_3_1.layers': model has {arch['layers']} layers")
+    if arch and fig["last_layers"] > arch["layers"]:
+        raise ConfigError(f"config key 'care.figure_3_1.last_layers': > {arch['layers']} layers")
+    width = kv_width(config, fig["model"])
+    if width is not None and fig["groups"] > width:
+        raise ConfigError(f"config key 'care.figure_3_1.groups': > g_h·d_h = {width}")
+
+
+def _check_eval_tasks(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    tasks = config["eval"]["tasks"]
+    datasets = config["data"]["datasets"]
+    for col, task in tasks.items():
+        if (task["template"] is None) == (task["lm_eval"] is None):
+            raise ConfigError(
+                f"config key 'eval.tasks.{col}': give exactly one of template, lm_eval"
+            )
+        if task["template"] is not None and task["dataset"] not in datasets:
+            raise ConfigError(
+                f"config key 'eval.tasks.{col}.dataset': unknown dataset {task['dataset']!r}"
+            )
+    columns = [
+        ("care.table_3_4.columns", care["table_3_4"]["columns"]),
+        ("care.table_3_5.columns", care["table_3_5"]["columns"]),
+        ("care.figure_3_4.columns", care["figure_3_4"]["columns"]),
+        ("care.figure_3_1.halve_columns", care["figure_3_1"]["halve_columns"]),
+        ("care.figure_3_1.group_columns", care["figure_3_1"]["group_columns"]),
+    ]
+    for key, cols in columns:
+        for col in cols:
+            if col not in tasks:
+                raise ConfigError(f"config key '{key}': column {col!r} is not in eval.tasks")
+    if not tasks:
+        raise ConfigError("config key 'eval.tasks': CARE needs at least one evaluated task")
+
+
+def check_care(config: Mapping[str, Any]) -> None:
+    """CARE block: datasets, models and columns exist; ranks lie in [1, g_h·d_h]."""
+    care = config.get("care")
+    if not care:
+        return
+    if len(set(care["methods"])) != len(care["methods"]):
+        raise ConfigError("config key 'care.methods': a method is listed twice")
+    _check_care_data(config, care)
+    _check_care_models(config, care)
+    _check_eval_tasks(config, care)

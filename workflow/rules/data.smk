@@ -8,7 +8,7 @@ rule data_normalize:
     log:
         "logs/data/{dataset}.log",
     conda:
-        env_path("kvspec")
+        env_path("training")
     params:
         spec=dataset_spec,
         note=dataset_note,
@@ -31,6 +31,6 @@ rule data_sources:
     log:
         "logs/data/sources.log",
     conda:
-        env_path("kvspec")
+        env_path("report")
     script:
         script_path("data_sources.py")

@@ -11,7 +11,7 @@ rule models_fetch:
     wildcard_constraints:
         model=one_of(HUB_MODELS),
     conda:
-        env_path("kvspec")
+        env_path("training")
     resources:
         mem_mb=64000,
         runtime=120,

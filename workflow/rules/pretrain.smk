@@ -9,7 +9,7 @@ rule pretrain_corpus:
     log:
         "logs/pretrain/corpus.log",
     conda:
-        env_path("kvspec")
+        env_path("training")
     params:
         kinds=pretrain_source_kinds,
         stdlib_bytes=config["pretrain"]["python_stdlib_bytes"],
@@ -27,7 +27,7 @@ rule pretrain_tokenizer:
     benchmark:
         "benchmarks/pretrain/tokenizer.tsv"
     conda:
-        env_path("kvspec")
+        env_path("training")
     params:
         tokenizer=config["tokenizer"],
         seed=config["seed"],
@@ -48,7 +48,7 @@ rule pretrain_tokenize:
     benchmark:
         "benchmarks/pretrain/tokenize.tsv"
     conda:
-        env_path("kvspec")
+        env_path("training")
     params:
         val_fraction=config["pretrain"]["val_fraction"],
         seed=config["seed"],
@@ -72,7 +72,7 @@ rule pretrain_train:
     wildcard_constraints:
         model=one_of(PRETRAINED),
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 2
     resources:
         mem_mb=6000,

@@ -15,7 +15,7 @@ rule report_table_2_1:
     log:
         "logs/report/thesis_table_2_1.log",
     conda:
-        env_path("kvspec")
+        env_path("report")
     script:
         script_path("report_paper_table.py")
 
@@ -43,7 +43,7 @@ rule report_pretrain:
     log:
         "logs/report/pretrain.log",
     conda:
-        env_path("kvspec")
+        env_path("report")
     params:
         models=PRETRAINED,
     script:

@@ -127,6 +127,75 @@ def _latent_weights(prefix: str, factors: Factors) -> dict[str, Tensor]:
     }
 
 
+def truncate(factors: Factors, rank: int, drop: list[int] | None = None) -> Factors:
+    """The first `rank` components of `factors`, minus the component indices in `drop`.
+
+    Components are ordered by singular value, so plain truncation keeps the top-`rank` ones;
+    `drop` removes chosen components (Figure 3.1c's singular-value groups).
+    """
+    full = factors.a.shape[1]
+    if not 1 <= rank <= full:
+        raise ValueError(f"rank {rank} outside [1, {full}] for these factors")
+    keep = [i for i in range(rank) if i not in set(drop or [])]
+    if not keep:
+        raise ValueError(f"dropping {drop} leaves no component of rank {rank}")
+    idx = torch.tensor(keep, dtype=torch.long)
+    return Factors(a=factors.a[:, idx], b=factors.b[idx], spectrum=factors.spectrum)
+
+
+@torch.no_grad()
+def mla_from_factors(
+    model: nn.Module,
+    factors: list[Factors],
+    ranks_k: list[int],
+    ranks_v: list[int],
+    drop_k: list[list[int]] | None = None,
+    drop_v: list[list[int]] | None = None,
+) -> MLAForCausalLM:
+    """Latent-KV copy of `model` from precomputed factors [K_0, V_0, K_1, ...] of rank >= r.
+
+    Each matrix keeps its leading `ranks_*[layer]` components minus `drop_*[layer]`; the
+    latent width of the result is the number of components kept.
+    """
+    n = model.config.num_hidden_layers
+    drop_k, drop_v = drop_k or [[] for _ in range(n)], drop_v or [[] for _ in range(n)]
+    if len(factors) != 2 * n or len(drop_k) != n or len(drop_v) != n:
+        raise ValueError(f"need {2 * n} factors and {n} drop lists, got {len(factors)}")
+    kept = [
+        truncate(f, (ranks_k, ranks_v)[i % 2][i // 2], (drop_k, drop_v)[i % 2][i // 2])
+        for i, f in enumerate(factors)
+    ]
+    widths_k, widths_v = split_kv([f.a.shape[1] for f in kept])
+    config = mla_config_from(model.config, widths_k, widths_v)
+    _projections(model)  # refuses biased k/v projections
+    state = {
+        k: v for k, v in model.state_dict().items() if ".k_proj." not in k and ".v_proj." not in k
+    }
+    for i, f in enumerate(kept):
+        layer, kind = divmod(i, 2)
+        state.update(_latent_weights(f"model.layers.{layer}.self_attn.{'kv'[kind]}", f))
+    param = next(model.parameters())
+    mla = MLAForCausalLM(config).to(dtype=param.dtype, device=param.device)
+    mla.load_state_dict(state, strict=True)
+    return mla.eval()
+
+
+def full_factors(
+    model: nn.Module, method: str, stats: CovarianceStats | None = None, **opts: Any
+) -> list[Factors]:
+    """Full-rank factors of every K/V matrix [K_0, V_0, K_1, ...]; truncate them for any rank.
+
+    Exact SVD factors truncated to r equal the rank-r factorization, so one decomposition per
+    (model, method, calibration) serves every rank and allocation.
+    """
+    return [
+        factorize(
+            p.weight, min(p.weight.shape), method, **_stats_for(method, stats, i // 2), **opts
+        )
+        for i, p in enumerate(_projections(model))
+    ]
+
+
 @torch.no_grad()
 def convert_to_mla(
     model: nn.Module,
@@ -141,17 +210,16 @@ def convert_to_mla(
     `opts` go to `factorize` (alpha, lam_frac, asvd_alpha, randomized, seed). The result has the
     source's dtype and device and is in eval mode.
     """
-    config = mla_config_from(model.config, ranks_k, ranks_v)
+    mla_config_from(model.config, ranks_k, ranks_v)  # validates the ranks first
     projs = _projections(model)
-    state = {
-        k: v for k, v in model.state_dict().items() if ".k_proj." not in k and ".v_proj." not in k
-    }
-    for i, proj in enumerate(projs):
-        layer, kind = divmod(i, 2)
-        rank = (ranks_k if kind == 0 else ranks_v)[layer]
-        factors = factorize(proj.weight, rank, method, **_stats_for(method, stats, layer), **opts)
-        state.update(_latent_weights(f"model.layers.{layer}.self_attn.{'kv'[kind]}", factors))
-    param = next(model.parameters())
-    mla = MLAForCausalLM(config).to(dtype=param.dtype, device=param.device)
-    mla.load_state_dict(state, strict=True)
-    return mla.eval()
+    factors = [
+        factorize(
+            p.weight,
+            (ranks_k if i % 2 == 0 else ranks_v)[i // 2],
+            method,
+            **_stats_for(method, stats, i // 2),
+            **opts,
+        )
+        for i, p in enumerate(projs)
+    ]
+    return mla_from_factors(model, factors, ranks_k, ranks_v)

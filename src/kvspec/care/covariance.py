@@ -122,8 +122,10 @@ def collect_covariances(
     )
 
 
-def save_stats(stats: CovarianceStats, path: str | os.PathLike[str]) -> None:
-    """Write `stats` to one safetensors file.
+def save_stats(
+    stats: CovarianceStats, path: str | os.PathLike[str], meta: dict[str, str] | None = None
+) -> None:
+    """Write `stats` to one safetensors file (`meta`: extra string metadata, e.g. provenance).
 
     Keys: ``layer.{i}.cov`` (d, d), ``layer.{i}.mean_abs`` (d,) and ``count`` (1,).
     """
@@ -131,7 +133,8 @@ def save_stats(stats: CovarianceStats, path: str | os.PathLike[str]) -> None:
     for i, (cov, mean_abs) in enumerate(zip(stats.cov, stats.mean_abs, strict=True)):
         tensors[f"layer.{i}.cov"] = cov.contiguous()
         tensors[f"layer.{i}.mean_abs"] = mean_abs.contiguous()
-    metadata = {"num_layers": str(stats.num_layers), "format": "kvspec.care.covariance/1"}
+    metadata = {**(meta or {}), "num_layers": str(stats.num_layers)}
+    metadata["format"] = "kvspec.care.covariance/1"
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
 

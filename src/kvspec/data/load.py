@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kvspec.data.adapters import ADAPTERS
-from kvspec.data.readers import read_file, read_hub
+from kvspec.data.readers import read_file, read_hub, row_location
 from kvspec.data.records import DataError, check_record
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,22 @@ def source_rows(name: str, spec: dict[str, Any], mirror: str | None) -> tuple[li
     return [rows], f"hub {hub['path']}"
 
 
+def bad_row_location(
+    adapter: Callable, sources: list[list[dict]], spec: dict[str, Any], mirror: str | None
+) -> str | None:
+    """`file:line` of the first raw row the adapter rejects, for a dataset read from one
+    mirror file (error path only: each row goes through the adapter on its own)."""
+    files = mirror_files(spec, mirror) if not spec.get("package") else None
+    if not files or len(files) != 1 or len(sources) != 1:
+        return None
+    for i, row in enumerate(sources[0]):
+        try:
+            adapter([[row]], spec.get("options", {}))
+        except (KeyError, TypeError, ValueError):
+            return row_location(files[0], i)
+    return None
+
+
 def load_dataset(name: str, spec: dict[str, Any], mirror: str | None) -> list[dict[str, Any]]:
     """Normalized, schema-checked records of dataset `name` (first `limit` when set)."""
     return load_with_origin(name, spec, mirror)[0]
@@ -67,9 +84,10 @@ def load_with_origin(
     try:
         records = adapter(sources, spec.get("options", {}))
     except (KeyError, TypeError, ValueError) as err:
+        where = bad_row_location(adapter, sources, spec, mirror)
         raise DataError(
-            f"dataset {name!r} from {origin}: rows do not fit adapter "
-            f"{spec['adapter']!r}: {type(err).__name__}: {err}"
+            f"{where + ': ' if where else ''}dataset {name!r} from {origin}: rows do not fit "
+            f"adapter {spec['adapter']!r}: {type(err).__name__}: {err}"
         ) from err
     if spec.get("limit") is not None:
         records = records[: spec["limit"]]

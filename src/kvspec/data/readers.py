@@ -69,6 +69,19 @@ def _read_lines(path: Path) -> list[Row]:
     return [{"text": line.rstrip("\n")} for line in path.open()]
 
 
+def row_location(path: Path, index: int) -> str:
+    """Where raw row `index` (0-based) of `read_file(path)` sits, as `file:line` when the
+    format is line-based, else `file row N`, for error messages."""
+    if path.suffix == ".jsonl":  # iter_jsonl skips blank lines
+        with open(path) as fh:
+            lines = (n for n, line in enumerate(fh, start=1) if line.strip())
+            lineno = next((n for i, n in enumerate(lines) if i == index), None)
+        return f"{path}:{lineno}" if lineno else f"{path} row {index + 1}"
+    if path.suffix in (".txt", ".lst"):
+        return f"{path}:{index + 1}"
+    return f"{path} row {index + 1}"
+
+
 def read_hub(path: str, name: str | None, split: str, limit: int | None) -> list[Row]:
     """Rows from the Hugging Face hub via `datasets` (streamed, so `limit` bounds the download)."""
     import datasets

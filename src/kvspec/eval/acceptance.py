@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import torch
 
 from kvspec.spec.drafters import InfiniGramDrafter, greedy_token
@@ -135,8 +137,8 @@ def position_records(
     """
     ngram = engine.engine if isinstance(engine, InfiniGramDrafter) else engine
     prompt, output = [int(t) for t in prompt_ids], [int(t) for t in output_ids]
-    ids = torch.tensor([prompt + output], dtype=torch.long)  # (1, P+N)
-    logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1]  # (N, V)
+    ids = torch.tensor([prompt + output], dtype=torch.long, device=target.device)  # (1, P+N)
+    logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1].cpu()  # (N, V)
     probs = torch.softmax(logits.double() / temperature, dim=-1)  # (N, V)
     records = []
     for i, token in enumerate(output):
@@ -148,3 +150,140 @@ def position_records(
             PositionRecord(token, probs[i], q, int(res["suffix_len"]), int(res["prompt_cnt"]))
         )
     return records
+
+
+# ------------------------------------------------------- per-position rows and their tables
+# The workflow stores one flat row per output position (a DataFrame), not PositionRecords:
+# a dense (V,) target distribution per position would not fit in memory at scale.
+
+ROW_COLUMNS = ("token", "acceptance", "q_top1", "q_mode", "suffix_len", "count")
+
+
+def position_row(record: PositionRecord) -> dict[str, float | int]:
+    """The summary of one position that every table and figure needs."""
+    return {
+        "token": record.token,
+        "acceptance": tv_acceptance(record.p, record.q),
+        "q_top1": top1(record.q),
+        "q_mode": greedy_token(record.q) if record.q else -1,
+        "suffix_len": record.suffix_len,
+        "count": record.count,
+    }
+
+
+def acceptance_grid(
+    rows: pd.DataFrame,
+    bins: Sequence[int] = MATCH_LENGTH_BINS,
+    thresholds: Sequence[float | None] = (None,),
+) -> pd.DataFrame:
+    """Mean acceptance (and n) per confidence threshold x minimum match length.
+
+    A position counts toward min match length m if its matched suffix is at least m
+    tokens long, and toward threshold t if its n-gram top-1 probability exceeds t
+    (thesis Tables 4.1-4.3). Cells with no positions are NaN.
+    """
+    out = []
+    for t in thresholds:
+        kept = rows if t is None else rows[rows["q_top1"] > t]
+        for m in bins:
+            cell = kept[kept["suffix_len"] >= m]["acceptance"]
+            out.append(
+                {
+                    "threshold": "all" if t is None else f">{t}",
+                    "min_match": m,
+                    "acceptance": float(cell.mean()) if len(cell) else float("nan"),
+                    "n": len(cell),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def accepted_per_speculation(
+    rows: pd.DataFrame, k: int, min_match: int = 0, confidence: float = 0.0
+) -> dict[str, float]:
+    """Mean drafts accepted per speculation (greedy), speculating only where the match is long.
+
+    Rows are grouped by `prompt` and replayed in `pos` order as in
+    `expected_accepted_tokens`; a speculation starts only at positions whose matched
+    suffix has at least `min_match` tokens (elsewhere the target decodes one token alone),
+    and stops at the first draft whose n-gram top-1 probability is below `confidence`.
+    """
+    total = n_specs = 0
+    for _, group in rows.sort_values(["prompt", "pos"]).groupby("prompt", sort=False):
+        hits = ((group["q_mode"] == group["token"]) & (group["q_top1"] >= confidence)).tolist()
+        for a in _replay(hits, group["suffix_len"].tolist(), k, min_match):
+            total, n_specs = total + a, n_specs + 1
+    mean = total / n_specs if n_specs else float("nan")
+    return {"accepted": mean, "speculations": n_specs}
+
+
+def _replay(hits: list[bool], suffix_lens: list[int], k: int, min_match: int) -> list[int]:
+    """Accepted drafts of each speculation along one greedy output."""
+    accepted, pos, n = [], 0, len(hits)
+    while pos < n:
+        if suffix_lens[pos] < min_match:
+            pos += 1
+            continue
+        a = 0
+        while a < k and pos + a < n - 1 and hits[pos + a]:
+            a += 1
+        accepted.append(a)
+        pos += a + 1
+    return accepted
+
+
+def hit_rate_table(rows: pd.DataFrame, lengths: Sequence[int] = HIT_LENGTHS) -> dict[int, float]:
+    """Share of positions whose matched suffix has at least each length (thesis Table 4.6)."""
+    n = len(rows)
+    return {m: float((rows["suffix_len"] >= m).sum() / n) if n else 0.0 for m in lengths}
+
+
+def acceptance_surface(rows: pd.DataFrame, max_len: int = 32, freq_bins: int = 10) -> pd.DataFrame:
+    """Mean acceptance per (match length, log10 match count) cell (thesis Figure 4.1).
+
+    Match lengths above `max_len` are clipped to it; counts are binned on a log10 scale
+    into `freq_bins` equal-width bins between the smallest and largest count.
+    """
+    if rows.empty:
+        return pd.DataFrame(columns=["match_len", "log10_count", "acceptance", "n"])
+    length = rows["suffix_len"].clip(upper=max_len)
+    logc = np.log10(rows["count"].clip(lower=1).astype(float))
+    edges = np.linspace(logc.min(), logc.max() + 1e-9, freq_bins + 1)
+    centre = (edges[:-1] + edges[1:]) / 2
+    which = np.clip(np.digitize(logc, edges) - 1, 0, freq_bins - 1)
+    cells = pd.DataFrame({"match_len": length, "bin": which, "acceptance": rows["acceptance"]})
+    grid = cells.groupby(["match_len", "bin"])["acceptance"].agg(["mean", "size"]).reset_index()
+    return pd.DataFrame(
+        {
+            "match_len": grid["match_len"].astype(int),
+            "log10_count": centre[grid["bin"].to_numpy()],
+            "acceptance": grid["mean"],
+            "n": grid["size"].astype(int),
+        }
+    )
+
+
+def acceptance_rows(
+    target: torch.nn.Module,
+    engine: Any,
+    items: Sequence[tuple[str, Sequence[int], Sequence[int]]],
+    temperature: float = 1.0,
+) -> pd.DataFrame:
+    """One row per output position of every (prompt id, prompt ids, output ids) item.
+
+    Columns: prompt, pos and `ROW_COLUMNS`. Progress goes to stderr (the rule log).
+    """
+    from tqdm import tqdm
+
+    frames = []
+    for prompt_id, prompt, output in tqdm(items, desc="acceptance", unit="prompt", mininterval=5):
+        if not output:
+            continue
+        records = position_records(target, engine, prompt, output, temperature)
+        rows = pd.DataFrame([position_row(r) for r in records])
+        rows.insert(0, "pos", range(len(rows)))
+        rows.insert(0, "prompt", prompt_id)
+        frames.append(rows)
+    if not frames:
+        raise ValueError("no output positions to analyse (every output is empty)")
+    return pd.concat(frames, ignore_index=True)

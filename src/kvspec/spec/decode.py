@@ -9,6 +9,7 @@ the cache back to the committed prefix after verification.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,14 +39,15 @@ def speculative_generate(
     k: int,
     mode: str = "greedy",
     temperature: float = 1.0,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     seed: int = 0,
 ) -> tuple[list[int], list[Step]]:
     """Generate up to `max_new_tokens` tokens with draft-then-verify; return (tokens, steps).
 
     `mode="greedy"` reproduces plain greedy decoding token for token; `mode="sample"`
     samples from softmax(logits / temperature) exactly, via rejection sampling. Drafts are
-    shortened so a step never overshoots the budget; generation stops after `eos_token_id`.
+    shortened so a step never overshoots the budget; generation stops after `eos_token_id`
+    (one id or several, e.g. end-of-text and end-of-turn).
     """
     if mode not in ("greedy", "sample"):
         raise ValueError(f"mode must be 'greedy' or 'sample', not {mode!r}")
@@ -79,7 +81,7 @@ def greedy_generate(
     target: torch.nn.Module,
     input_ids: torch.Tensor | list[int],
     max_new_tokens: int,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
 ) -> list[int]:
     """Plain greedy decoding, one token per forward pass, with the same cache handling."""
     prompt = _as_list(input_ids)
@@ -106,9 +108,9 @@ def _prefill(target: torch.nn.Module, prompt: list[int]) -> Any:
 
 def _forward(target: torch.nn.Module, cache: Any, tokens: list[int]) -> torch.Tensor:
     """Feed `tokens` after the cached prefix; return their next-token logits.  # (T, V)"""
-    ids = torch.tensor([tokens], dtype=torch.long)  # (1, T)
+    ids = torch.tensor([tokens], dtype=torch.long, device=target.device)  # (1, T)
     out = target(input_ids=ids, past_key_values=cache, use_cache=True)
-    return out.logits[0]
+    return out.logits[0].cpu()
 
 
 def _proposal(draft: Draft | None, drafts: list[int]) -> Any:
@@ -124,11 +126,19 @@ def _as_list(input_ids: torch.Tensor | list[int]) -> list[int]:
     return [int(t) for t in input_ids]
 
 
-def _ended(tokens: list[int], eos_token_id: int | None) -> bool:
-    return eos_token_id is not None and bool(tokens) and tokens[-1] == eos_token_id
+def _stops(eos_token_id: int | Sequence[int] | None) -> set[int]:
+    if eos_token_id is None:
+        return set()
+    return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id}
 
 
-def _truncate_at_eos(tokens: list[int], eos_token_id: int | None) -> list[int]:
-    if eos_token_id is not None and eos_token_id in tokens:
-        return tokens[: tokens.index(eos_token_id) + 1]
+def _ended(tokens: list[int], eos_token_id: int | Sequence[int] | None) -> bool:
+    return bool(tokens) and tokens[-1] in _stops(eos_token_id)
+
+
+def _truncate_at_eos(tokens: list[int], eos_token_id: int | Sequence[int] | None) -> list[int]:
+    stops = _stops(eos_token_id)
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[: i + 1]
     return tokens

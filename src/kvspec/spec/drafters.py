@@ -102,6 +102,8 @@ class InfiniGramDrafter:
     no match survives (a document ended) a fresh lookup continues the draft.
 
     `confidence`: stop drafting once a step's top-1 probability is below it.
+    `min_match`: draft nothing when the context's longest indexed suffix is shorter (a
+    0-token match is the corpus unigram: rarely accepted, and costly to count).
     `sample`: draw each token from the n-gram distribution instead of taking the mode.
 
     Counts here are exact. The engine's `ntd` reports a document end as `eos_token_id` and
@@ -116,8 +118,10 @@ class InfiniGramDrafter:
         confidence: float = 0.0,
         sample: bool = False,
         seed: int = 0,
+        min_match: int = 0,
     ) -> None:
         self.engine = engine
+        self.min_match = min_match
         self.eos = engine.eos_token_id
         self.max_support = engine.max_support
         self.confidence = confidence
@@ -138,6 +142,8 @@ class InfiniGramDrafter:
             if match is None:
                 match = self.longest_suffix(ctx + tokens)
                 first = first or match
+                if len(match.suffix) < self.min_match:
+                    break
             if match.count <= self.max_support:
                 steps, match = self._walk(match, k - len(tokens))
             else:
@@ -344,11 +350,11 @@ class DraftModelDrafter:
         return self._feed(ctx[keep:])
 
     def _feed(self, tokens: list[int]) -> torch.Tensor:
-        ids = torch.tensor([tokens], dtype=torch.long)  # (1, T)
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.model.device)  # (1, T)
         out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
         self.cache = out.past_key_values
         self.cached.extend(tokens)
-        return out.logits[0, -1]  # (V,)
+        return out.logits[0, -1].cpu()  # (V,)
 
     def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
         if not self.sample:

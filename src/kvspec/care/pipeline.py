@@ -1,0 +1,153 @@
+"""The CARE stages as functions of files: calibrate → factorize → (plans.py) → convert → evaluate.
+
+Each stage reads the previous stage's files and writes its own atomically with provenance, so
+the workflow (one rule per stage) and a notebook call the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+import kvspec.models.modeling_mla  # noqa: F401  (registers the MLA classes with the Auto API)
+from kvspec.care.calibration import batches, calibration_tokens
+from kvspec.care.convert import full_factors, max_rank, mla_from_factors
+from kvspec.care.covariance import collect_covariances, load_stats, save_stats
+from kvspec.care.store import load_factors, load_plan, save_factors
+from kvspec.io import atomic_path, provenance, write_json
+
+log = logging.getLogger(__name__)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_model(model_dir: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
+    """(model in eval mode, tokenizer) from a `save_pretrained` directory."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
+    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+def covariance_stage(
+    model_dir: str,
+    data: str,
+    kind: str,
+    calib: dict[str, Any],
+    seed: int,
+    out: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> None:
+    """Calibration statistics of every layer's K/V input (`calib`: n_samples, seq_len,
+    batch_size) from the normalized dataset `data`, saved to `out`."""
+    model, tok = load_model(model_dir, dtype, device)
+    ids = calibration_tokens(data, kind, tok, calib["n_samples"], calib["seq_len"], seed)
+    log.info("calibration tokens %s from %s", tuple(ids.shape), data)
+    stats = collect_covariances(model, list(batches(ids, calib["batch_size"])))
+    record = provenance({"data": data, **calib}, model=model_dir, seed=seed)
+    save_stats(stats, out, {"provenance": json.dumps(record)})
+
+
+def factorize_stage(
+    model_dir: str,
+    method: str,
+    stats_path: str | None,
+    opts: dict[str, Any],
+    seed: int,
+    out: str,
+    dtype: str = "float32",
+) -> None:
+    """Full-rank factors and spectra of every K/V matrix by `method`, saved to `out`.
+
+    `opts`: care_alpha, care_lambda, asvd_alpha, randomized (the `care.factorize` config).
+    """
+    model, _ = load_model(model_dir, dtype)
+    stats = load_stats(stats_path) if stats_path else None
+    factors = full_factors(
+        model,
+        method,
+        stats,
+        alpha=opts["care_alpha"],
+        lam_frac=opts["care_lambda"],
+        asvd_alpha=opts["asvd_alpha"],
+        randomized=opts["randomized"],
+        seed=seed,
+    )
+    meta = {"method": method, "provenance": json.dumps(provenance({"method": method, **opts}))}
+    save_factors(factors, out, meta)
+
+
+def convert_stage(model_dir: str, factors_path: str, plan_path: str, out_dir: str) -> None:
+    """The MLA model of `plan` (ranks, dropped components) saved with `save_pretrained`."""
+    model, tok = load_model(model_dir)
+    plan = load_plan(plan_path)
+    mla = mla_from_factors(
+        model,
+        load_factors(factors_path),
+        plan["ranks_k"],
+        plan["ranks_v"],
+        plan.get("drop_k"),
+        plan.get("drop_v"),
+    )
+    mla.generation_config = model.generation_config
+    record = provenance(plan, source=model_dir, factors=factors_path, plan=plan_path)
+    with atomic_path(out_dir) as tmp:
+        mla.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        write_json(tmp / "kvspec_provenance.json", record)
+
+
+def kv_cache_widths(model: PreTrainedModel) -> dict[str, int]:
+    """Numbers cached per token, summed over layers: latent r_K + r_V (MLA) or 2·g_h·d_h."""
+    cfg = model.config
+    if cfg.model_type == "kvspec_mla":
+        return {"cached": sum(cfg.kv_rank_k) + sum(cfg.kv_rank_v), "full": _full(cfg)}
+    return {"cached": _full(cfg), "full": _full(cfg)}
+
+
+def _full(cfg: Any) -> int:
+    return 2 * cfg.num_hidden_layers * max_rank(cfg)
+
+
+def model_summary(model: PreTrainedModel) -> dict[str, Any]:
+    """Parameters and KV-cache width of a model (for the evaluation record)."""
+    widths = kv_cache_widths(model)
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "kv_cached_per_token": widths["cached"],
+        "kv_full_per_token": widths["full"],
+        "kv_save_pct": 100.0 * (1 - widths["cached"] / widths["full"]),
+    }
+
+
+def evaluate_stage(
+    model_dir: str,
+    tasks: dict[str, dict[str, Any]],
+    task_dir: str,
+    settings: dict[str, Any],
+    out: str,
+    meta: dict[str, Any],
+) -> None:
+    """lm-eval metrics of the model in `model_dir` on `tasks` (column -> TaskSpec fields),
+    with its KV-cache width; `settings`: batch_size, max_length, seed, dtype, device."""
+    from kvspec.eval.harness import TaskSpec, evaluate
+
+    model, tok = load_model(model_dir, settings["dtype"], settings["device"])
+    specs = {col: TaskSpec(**spec) for col, spec in tasks.items()}
+    metrics = evaluate(
+        model,
+        tok,
+        specs,
+        task_dir,
+        batch_size=settings["batch_size"],
+        max_length=settings.get("max_length"),
+        seed=settings["seed"],
+        device=settings["device"],
+    )
+    record = {**meta, **model_summary(model), "metrics": metrics}
+    write_json(out, {**record, "provenance": provenance({"tasks": tasks, **settings})})

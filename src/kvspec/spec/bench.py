@@ -1,0 +1,322 @@
+"""Timed decoding runs: every method on the same prompts, batch size 1, side by side.
+
+Methods are measured in one process, interleaved prompt by prompt (so a change in machine
+load hits every method alike), after one discarded warm-up run of each. Per run we record
+the wall time, the number of target forward passes that produced tokens (via a forward
+hook, so Hugging Face's own loops are counted the same way as ours), and for our loop the
+draft and verify time of every step. Summaries give tokens/s, accepted length (tokens per
+target forward), speedup over plain greedy decoding and where the time goes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from kvspec.spec.decode import greedy_generate, speculative_generate
+from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
+
+METHODS = (
+    "greedy",  # our loop, one token per forward (the baseline)
+    "hf_greedy",  # transformers generate, greedy
+    "hf_prompt_lookup",  # transformers generate(prompt_lookup_num_tokens=k)
+    "hf_assisted",  # transformers generate(assistant_model=draft)
+    "sd_prompt_lookup",  # our loop, prompt-lookup drafter
+    "sd_draft",  # our loop, draft-model drafter
+    "sd_infgram_sft",  # our loop, inf_nkt on the SFT-response index
+    "sd_infgram_target",  # our loop, inf_nkt on the target-response index
+)
+
+
+@dataclass
+class Run:
+    """One method on one prompt."""
+
+    tokens: list[int]
+    seconds: float
+    forwards: int  # target forward passes that produced tokens
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_step_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Setup:
+    """Everything a method needs: models, indexes (opened engines by name) and settings."""
+
+    target: torch.nn.Module
+    stops: list[int]
+    max_new_tokens: int
+    k: int
+    draft_k: int
+    confidence: float = 0.0
+    min_match: int = 0
+    mode: str = "greedy"
+    seed: int = 0
+    draft: torch.nn.Module | None = None
+    engines: Mapping[str, Any] = field(default_factory=dict)
+
+
+Method = Callable[[list[int]], Run]
+
+
+class ForwardCounter:
+    """Counts forward calls of a module while active (a pre-forward hook)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module, self.calls, self._handle = module, 0, None
+
+    def __enter__(self) -> ForwardCounter:
+        self.calls = 0
+        self._handle = self.module.register_forward_pre_hook(self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def _count(self, *_: object) -> None:
+        self.calls += 1
+
+
+def build_method(name: str, setup: Setup) -> Method:
+    """The callable that decodes one prompt with method `name` (see METHODS)."""
+    if name == "greedy":
+        return lambda p: _ours_greedy(setup, p)
+    if name.startswith("hf_"):
+        return _hf_method(name, setup)
+    if name.startswith("sd_"):
+        return _sd_method(name, setup)
+    raise ValueError(f"unknown decoding method {name!r}; known: {METHODS}")
+
+
+def _ours_greedy(setup: Setup, prompt: list[int]) -> Run:
+    with ForwardCounter(setup.target) as fc:
+        t0 = time.perf_counter()
+        tokens = greedy_generate(setup.target, prompt, setup.max_new_tokens, setup.stops)
+        seconds = time.perf_counter() - t0
+    return Run(tokens, seconds, fc.calls - (len(prompt) > 1))  # prefill produces nothing
+
+
+def _hf_method(name: str, setup: Setup) -> Method:
+    extra: dict[str, Any] = {}
+    if name == "hf_prompt_lookup":
+        extra["prompt_lookup_num_tokens"] = setup.k
+    elif name == "hf_assisted":
+        if setup.draft is None:
+            raise ValueError("hf_assisted needs a draft model")
+        extra["assistant_model"] = setup.draft
+    elif name != "hf_greedy":
+        raise ValueError(f"unknown decoding method {name!r}; known: {METHODS}")
+
+    @torch.inference_mode()
+    def run(prompt: list[int]) -> Run:
+        ids = torch.tensor([prompt], dtype=torch.long, device=setup.target.device)  # (1, P)
+        with ForwardCounter(setup.target) as fc:
+            t0 = time.perf_counter()
+            out = setup.target.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=setup.max_new_tokens,
+                do_sample=False,
+                eos_token_id=setup.stops,
+                pad_token_id=setup.stops[0],
+                **extra,
+            )
+            seconds = time.perf_counter() - t0
+        new = out[0, len(prompt) :].tolist()
+        return Run(_until_stop(new, setup.stops), seconds, fc.calls)
+
+    return run
+
+
+def _sd_method(name: str, setup: Setup) -> Method:
+    k = setup.k
+    if name == "sd_prompt_lookup":
+        drafter: Any = PromptLookupDrafter()
+    elif name == "sd_draft":
+        if setup.draft is None:
+            raise ValueError("sd_draft needs a draft model")
+        drafter, k = DraftModelDrafter(setup.draft, sample=setup.mode == "sample"), setup.draft_k
+    elif name.startswith("sd_infgram_"):
+        index = name.removeprefix("sd_infgram_")
+        if index not in setup.engines:
+            raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
+        drafter = InfiniGramDrafter(
+            setup.engines[index], confidence=setup.confidence, min_match=setup.min_match
+        )
+    else:
+        raise ValueError(f"unknown decoding method {name!r}; known: {METHODS}")
+
+    def run(prompt: list[int]) -> Run:
+        t0 = time.perf_counter()
+        tokens, steps = speculative_generate(
+            setup.target, prompt, drafter, setup.max_new_tokens, k,
+            mode=setup.mode, eos_token_id=setup.stops, seed=setup.seed,
+        )  # fmt: skip
+        seconds = time.perf_counter() - t0
+        return Run(
+            tokens, seconds, len(steps),
+            draft_seconds=sum(s.draft_seconds for s in steps),
+            verify_seconds=sum(s.verify_seconds for s in steps),
+            steps=len(steps),
+            drafted=sum(s.drafted for s in steps),
+            accepted=sum(s.accepted for s in steps),
+            draft_step_seconds=[s.draft_seconds for s in steps],
+        )  # fmt: skip
+
+    return run
+
+
+def _until_stop(tokens: list[int], stops: Sequence[int]) -> list[int]:
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[: i + 1]
+    return tokens
+
+
+def run_benchmark(
+    methods: Mapping[str, Method],
+    prompts: Sequence[tuple[str, list[int]]],
+    repeats: int = 1,
+) -> list[dict[str, Any]]:
+    """Time every method on every (prompt id, prompt ids); one record per method and prompt.
+
+    The first prompt is decoded once by every method first, untimed (warm-up). Each
+    timed record keeps the median-time run of `repeats`.
+    """
+    if not prompts:
+        raise ValueError("no benchmark prompts")
+    for fn in methods.values():
+        fn(prompts[0][1])  # warm-up: allocator, kernels, page cache of the index
+    records = []
+    for prompt_id, ids in tqdm(prompts, desc="benchmark", unit="prompt", mininterval=5):
+        for name, fn in methods.items():
+            runs = sorted((fn(ids) for _ in range(repeats)), key=lambda r: r.seconds)
+            run = runs[len(runs) // 2]
+            records.append(
+                {"method": name, "prompt": prompt_id, "prompt_len": len(ids), **asdict(run)}
+            )
+    return records
+
+
+def divergence(
+    target: torch.nn.Module, prompt: list[int], reference: list[int], tokens: list[int]
+) -> dict[str, Any]:
+    """Where `tokens` first differs from the greedy `reference`, and the target's top-2 logit
+    margin there (a near-tie means float rounding, not a decoding bug, decided it)."""
+    n = min(len(reference), len(tokens))
+    first = next((i for i in range(n) if reference[i] != tokens[i]), None)
+    if first is None and len(reference) == len(tokens):
+        return {"exact": True, "first_divergence": None, "tie_margin": None}
+    first = n if first is None else first
+    with torch.inference_mode():
+        ids = torch.tensor([prompt + reference[:first]], dtype=torch.long, device=target.device)
+        logits = target(input_ids=ids).logits[0, -1].double()  # (V,)
+    top2 = torch.topk(logits, 2).values
+    return {"exact": False, "first_divergence": first, "tie_margin": float(top2[0] - top2[1])}
+
+
+def _share(flags: pd.Series) -> float:
+    """Share of True among the non-missing flags (NaN when none)."""
+    known = flags.dropna()
+    return float(known.astype(float).mean()) if len(known) else float("nan")
+
+
+def summarize(records: Sequence[Mapping[str, Any]], baseline: str = "greedy") -> pd.DataFrame:
+    """Per method: tokens/s, accepted length, speedup over `baseline`, time split, exactness."""
+    df = pd.DataFrame(records)
+    rows = []
+    for name, g in df.groupby("method", sort=False):
+        tokens = int(g["tokens"].map(len).sum())
+        seconds = float(g["seconds"].sum())
+        draft, verify = float(g["draft_seconds"].sum()), float(g["verify_seconds"].sum())
+        step_times = [t for ts in g["draft_step_seconds"] for t in ts]
+        rows.append(
+            {
+                "method": name,
+                "prompts": len(g),
+                "tokens": tokens,
+                "seconds": seconds,
+                "tok_s": tokens / seconds if seconds else float("nan"),
+                "accept_len": tokens / g["forwards"].sum() if g["forwards"].sum() else float("nan"),
+                "draft_share": draft / seconds if seconds else float("nan"),
+                "verify_share": verify / seconds if seconds else float("nan"),
+                "overhead_share": (seconds - draft - verify) / seconds
+                if draft + verify
+                else float("nan"),
+                "draft_ms_median": 1e3 * statistics.median(step_times)
+                if step_times
+                else float("nan"),
+                "exact_vs_greedy": _share(g["exact"]) if "exact" in g else float("nan"),
+            }
+        )
+    out = pd.DataFrame(rows)
+    base = out.loc[out["method"] == baseline, "tok_s"]
+    out["speedup"] = out["tok_s"] / float(base.iloc[0]) if len(base) else float("nan")
+    return out
+
+
+def bench_prompts(
+    records: Sequence[Mapping[str, Any]], bench: Mapping[str, Any], tokenizer: Any
+) -> list[tuple[str, list[int]]]:
+    """The first `bench['n']` prompts of a benchmark set as (id, chat-formatted ids).
+
+    `bench['kind']` is "heldout" (prompt records of that split), "code" (HumanEval: the
+    function stub is the user turn) or "math" (the problem is the user turn).
+    """
+    from kvspec.spec.generate import prompt_ids
+
+    kind, src = bench["kind"], bench["prompts"]
+    if kind == "heldout":
+        texts = [(r["id"], r["prompt"]) for r in records if r["split"] == src]
+    elif kind == "code":
+        texts = [(r["task_id"], r["prompt"]) for r in records]
+    elif kind == "math":
+        texts = [(r["id"], r["problem"]) for r in records]
+    else:
+        raise ValueError(f"benchmark {bench['name']!r}: unsupported prompt kind {kind!r}")
+    if len(texts) < bench["n"]:
+        raise ValueError(
+            f"benchmark {bench['name']!r} wants {bench['n']} prompts, {src!r} has {len(texts)}"
+        )
+    return [(pid, prompt_ids(tokenizer, text)) for pid, text in texts[: bench["n"]]]
+
+
+def benchmark_methods(
+    setup: Setup, names: Sequence[str], modes: Sequence[str]
+) -> dict[str, Method]:
+    """Every listed method; speculative ones once per verification mode ("sd_x@sample")."""
+    methods = {}
+    for mode in modes:
+        mode_setup = Setup(**{**setup.__dict__, "mode": mode})
+        for name in names:
+            if mode == "greedy":
+                methods[name] = build_method(name, mode_setup)
+            elif name.startswith("sd_"):
+                methods[f"{name}@{mode}"] = build_method(name, mode_setup)
+    return methods
+
+
+def mark_divergence(
+    target: torch.nn.Module,
+    records: list[dict[str, Any]],
+    prompts: Sequence[tuple[str, list[int]]],
+) -> None:
+    """Add `exact`, `first_divergence`, `tie_margin` to greedy-mode records (vs "greedy")."""
+    ids = dict(prompts)
+    reference = {r["prompt"]: r["tokens"] for r in records if r["method"] == "greedy"}
+    for r in records:
+        if "@" in r["method"]:
+            r.update(exact=None, first_divergence=None, tie_margin=None)
+            continue
+        r.update(divergence(target, ids[r["prompt"]], reference[r["prompt"]], r["tokens"]))

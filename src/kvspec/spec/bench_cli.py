@@ -1,0 +1,119 @@
+"""Speed check of infini-gram speculative decoding, printed as ratios measured in one run.
+
+    python -m kvspec.spec.bench_cli [--results results] [--model target] [--n 10]
+
+Needs a finished workflow run (the model, its target-response index and the HumanEval
+records under `--results`). Prints
+1. draft latency of `inf_nkt` for 16 tokens at max_support 1000 (median, p90), beside
+   16 sequential `infgram_ntd` calls on the same contexts;
+2. end-to-end tokens/s of infini-gram SD over plain greedy decoding and over Hugging Face
+   prompt lookup on the HumanEval subset, with accepted length and where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kvspec.data.records import read_jsonl
+from kvspec.io import read_json
+from kvspec.spec.bench import Setup, bench_prompts, benchmark_methods, run_benchmark, summarize
+from kvspec.spec.drafters import InfiniGramDrafter, sequential_infgram_draft
+from kvspec.spec.generate import load_model, stop_ids
+from kvspec.spec.ngram_index import open_engine
+
+
+def _percentiles(seconds: list[float]) -> str:
+    ms = np.asarray(seconds) * 1e3
+    return f"median {np.median(ms):.2f} ms, p90 {np.percentile(ms, 90):.2f} ms"
+
+
+def draft_latency(
+    drafter: InfiniGramDrafter, contexts: list[list[int]], k: int
+) -> dict[str, list[float]]:
+    """Wall time of one inf_nkt draft of k tokens vs k sequential infgram_ntd calls, per context."""
+    out: dict[str, list[float]] = {"inf_nkt": [], "sequential": []}
+    for ctx in contexts:
+        t0 = time.perf_counter()
+        drafter.propose(ctx, k)
+        t1 = time.perf_counter()
+        sequential_infgram_draft(drafter.engine, ctx, k)
+        out["inf_nkt"].append(t1 - t0)
+        out["sequential"].append(time.perf_counter() - t1)
+    return out
+
+
+def _contexts(results: Path, model: str, n: int, seed: int) -> list[list[int]]:
+    """Prompt + a random prefix of held-out target responses (never in the index)."""
+    rng = np.random.default_rng(seed)
+    held = [
+        r
+        for r in read_jsonl(results / "generate" / model / "responses.jsonl")
+        if r["split"] != "index"
+    ]
+    picks = rng.choice(len(held), size=min(n, len(held)), replace=False)
+    ctxs = []
+    for i in picks:
+        r = held[int(i)]
+        cut = int(rng.integers(0, len(r["response_ids"]) + 1))
+        ctxs.append(list(r["prompt_ids"]) + list(r["response_ids"][:cut]))
+    return ctxs
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--results", default="results", type=Path, help="the workflow's results directory"
+    )
+    ap.add_argument("--model", default="target", help="target model name")
+    ap.add_argument("--index", default="responses_1", help="index under results/ngram/<model>/")
+    ap.add_argument("--n", type=int, default=10, help="HumanEval prompts")
+    ap.add_argument("--contexts", type=int, default=200, help="contexts for the draft latency")
+    ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--k", type=int, default=8, help="draft depth in the end-to-end runs")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+
+    res = args.results
+    stats = read_json(res / "ngram" / args.model / f"{args.index}.json")
+    engine = open_engine(
+        res / "ngram" / args.model / args.index, stats["vocab_size"], stats["eos_token_id"], 1000
+    )
+    drafter = InfiniGramDrafter(engine)
+    lat = draft_latency(drafter, _contexts(res, args.model, args.contexts, 0), 16)
+    bpt = stats["bytes_per_token"]
+    print(f"index {args.index}: {stats['n_tokens']} tokens, {bpt:.2f} bytes/token")
+    print(f"inf_nkt, 16 tokens, max_support 1000: {_percentiles(lat['inf_nkt'])}")
+    print(f"16 sequential infgram_ntd calls:     {_percentiles(lat['sequential'])}")
+    ratio = statistics.median(lat["sequential"]) / statistics.median(lat["inf_nkt"])
+    print(f"inf_nkt speedup over sequential calls (median): {ratio:.1f}x")
+
+    target, tokenizer = load_model(res / "models" / args.model, "cpu", "float32", args.threads)
+    setup = Setup(target, stop_ids(target, tokenizer), args.max_new_tokens, args.k, 4,
+                  min_match=1, engines={"target": engine})  # fmt: skip
+    bench = {"name": "humaneval", "prompts": "humaneval", "n": args.n, "kind": "code"}
+    prompts = bench_prompts(read_jsonl(res / "data" / "humaneval.jsonl"), bench, tokenizer)
+    methods = benchmark_methods(
+        setup, ["greedy", "hf_prompt_lookup", "sd_infgram_target"], ["greedy"]
+    )
+    summary = summarize(run_benchmark(methods, prompts)).set_index("method")
+    sd, greedy, hf = (summary.loc[m] for m in ("sd_infgram_target", "greedy", "hf_prompt_lookup"))
+    print(f"\nHumanEval, {args.n} prompts, {args.max_new_tokens} new tokens, batch 1, k={args.k}:")
+    for name, row in summary.iterrows():
+        print(f"  {name:18s} {row.tok_s:8.1f} tok/s  accepted length {row.accept_len:.2f}")
+    print(f"infini-gram SD / greedy:           {sd.tok_s / greedy.tok_s:.2f}x")
+    print(f"infini-gram SD / HF prompt lookup: {sd.tok_s / hf.tok_s:.2f}x")
+    print(
+        f"infini-gram SD time split: draft {100 * sd.draft_share:.1f}%, "
+        f"verify {100 * sd.verify_share:.1f}%, overhead {100 * sd.overhead_share:.1f}%"
+    )
+
+
+if __name__ == "__main__":
+    main()

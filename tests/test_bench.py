@@ -1,0 +1,110 @@
+"""Timed benchmark runs: every method decodes like greedy; summaries compute the right ratios."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from kvspec.spec.bench import (
+    METHODS,
+    ForwardCounter,
+    Setup,
+    bench_prompts,
+    benchmark_methods,
+    mark_divergence,
+    run_benchmark,
+    summarize,
+)
+from kvspec.spec.decode import greedy_generate
+from kvspec.spec.ngram_index import build_index, open_engine
+
+VOCAB, EOS, NEW = 128, 127, 12
+
+
+def _llama(seed: int, hidden: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        eos_token_id=EOS, pad_token_id=EOS,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).double().eval()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    target, draft = _llama(0, 64), _llama(1, 32)
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
+    engines = {}
+    for name in ("sft", "target"):
+        path = tmp_path_factory.mktemp(name) / "idx"
+        build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
+        engines[name] = open_engine(path, VOCAB, EOS)
+    return Setup(target, [EOS], NEW, k=4, draft_k=3, min_match=1, draft=draft, engines=engines)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[tuple[str, list[int]]]:
+    rng = np.random.default_rng(1)
+    return [(f"p{i}", rng.integers(0, EOS, 6 + i).tolist()) for i in range(3)]
+
+
+def test_every_method_decodes_like_greedy(setup, prompts):
+    methods = benchmark_methods(setup, METHODS, ["greedy"])
+    records = run_benchmark(methods, prompts)
+    mark_divergence(setup.target, records, prompts)
+    for r in records:
+        assert r["exact"], r["method"]
+        want = greedy_generate(setup.target, dict(prompts)[r["prompt"]], NEW, [EOS])
+        assert r["tokens"] == want
+    summary = summarize(records).set_index("method")
+    assert list(summary.index) == list(METHODS)
+    assert summary.loc["greedy", "accept_len"] == 1.0 == summary.loc["hf_greedy", "accept_len"]
+    assert summary.loc["greedy", "speedup"] == 1.0
+    assert (summary["exact_vs_greedy"] == 1.0).all()
+
+
+def test_sample_mode_variants_are_named_and_not_compared(setup, prompts):
+    methods = benchmark_methods(
+        setup, ["greedy", "sd_infgram_target", "hf_greedy"], ["greedy", "sample"]
+    )
+    assert list(methods) == ["greedy", "sd_infgram_target", "hf_greedy", "sd_infgram_target@sample"]
+    records = run_benchmark(methods, prompts[:1])
+    mark_divergence(setup.target, records, prompts)
+    sampled = [r for r in records if r["method"].endswith("@sample")]
+    assert sampled[0]["exact"] is None and len(sampled[0]["tokens"]) == NEW
+
+
+def test_forward_counter_counts_calls(setup):
+    with ForwardCounter(setup.target) as fc:
+        greedy_generate(setup.target, [1, 2, 3], 5)
+    assert fc.calls == 1 + 5  # prefill + one forward per new token
+
+
+def test_summary_ratios():
+    rec = dict(prompt="p", draft_seconds=0.0, verify_seconds=0.0, draft_step_seconds=[], exact=True)
+    records = [
+        {**rec, "method": "greedy", "tokens": [1] * 10, "seconds": 1.0, "forwards": 10},
+        {**rec, "method": "sd_x", "tokens": [1] * 10, "seconds": 0.5, "forwards": 4,
+         "draft_seconds": 0.1, "verify_seconds": 0.3, "draft_step_seconds": [0.02, 0.03, 0.05]},
+    ]  # fmt: skip
+    s = summarize(records).set_index("method")
+    assert s.loc["sd_x", "speedup"] == pytest.approx(2.0)
+    assert s.loc["sd_x", "accept_len"] == pytest.approx(2.5)
+    assert s.loc["sd_x", "overhead_share"] == pytest.approx(0.2)
+    assert s.loc["sd_x", "draft_ms_median"] == pytest.approx(30.0)
+
+
+def test_bench_prompts_checks_size():
+    class Tok:
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            return [len(messages[0]["content"])]
+
+    recs = [{"task_id": "t0", "prompt": "def f():"}, {"task_id": "t1", "prompt": "def g(x):"}]
+    bench = {"name": "he", "prompts": "humaneval", "n": 2, "kind": "code"}
+    assert bench_prompts(recs, bench, Tok()) == [("t0", [8]), ("t1", [9])]
+    with pytest.raises(ValueError, match="wants 3"):
+        bench_prompts(recs, {**bench, "n": 3}, Tok())

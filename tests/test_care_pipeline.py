@@ -1,0 +1,152 @@
+"""CARE stages as file functions: calibration batches, factors/plans I/O, truncation, Figure
+3.1 plans, and the covariance → factorize → allocate → convert chain on a tiny saved model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+
+from kvspec.care.calibration import batches, calibration_tokens, render_record
+from kvspec.care.convert import full_factors, mla_from_factors, truncate
+from kvspec.care.covariance import collect_covariances
+from kvspec.care.factorize import factorize
+from kvspec.care.pipeline import (
+    convert_stage,
+    covariance_stage,
+    factorize_stage,
+    kv_cache_widths,
+)
+from kvspec.care.plans import allocate_stage, sensitivity_stage
+from kvspec.care.sensitivity import drop_group_plan, halve_layer_plan, sv_groups
+from kvspec.care.store import load_factors, load_plan, save_factors
+from kvspec.models.build import build_model
+from kvspec.models.tokenizer import train_tokenizer
+
+from .test_convert import ARCHS, FULL, _ids, _source
+
+TEXT = "calibration text about cats and dogs and the weather in the park today"
+OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "asvd_alpha": 0.5, "randomized": False}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer([TEXT] * 20, 300, 128)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, tok) -> Path:
+    """A tiny Llama GQA model + tokenizer saved like results/models/<model>."""
+    arch = {"family": "llama", "hidden": 64, "intermediate": 96, "layers": 2, "heads": 4,
+            "kv_heads": 2, "max_position": 128}  # fmt: skip
+    path = tmp_path_factory.mktemp("model") / "target"
+    build_model(arch, tok, seed=0).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_calibration_tokens_seeded_windows(tmp_path, tok) -> None:
+    data = _jsonl(tmp_path / "t.jsonl", [{"id": str(i), "text": f"{TEXT} {i}"} for i in range(30)])
+    a = calibration_tokens(data, "text", tok, n_samples=6, seq_len=8, seed=0)
+    assert a.shape == (6, 8) and a.dtype == torch.long
+    assert torch.equal(a, calibration_tokens(data, "text", tok, 6, 8, seed=0))
+    assert not torch.equal(a, calibration_tokens(data, "text", tok, 6, 8, seed=1))
+    assert [b.shape[0] for b in batches(a, 4)] == [4, 2]
+    with pytest.raises(ValueError, match="are needed"):
+        calibration_tokens(data, "text", tok, n_samples=10_000, seq_len=64, seed=0)
+
+
+def test_instructions_render_with_chat_template(tok) -> None:
+    rec = {"id": "0", "prompt": "hi", "response": "hello"}
+    text = render_record(rec, "instruction", tok)
+    assert "hi" in text and "hello" in text and text.index("hi") < text.index("hello")
+    with pytest.raises(ValueError, match="cannot calibrate"):
+        render_record({"query": "q"}, "multiple_choice", tok)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("method", ["svd", "asvd", "care"])
+def test_truncated_full_factors_equal_rank_r_factorization(arch, method) -> None:
+    model = _source(arch)
+    stats = collect_covariances(model, [_ids(1, batch=4, length=16)], progress=False)
+    full = full_factors(model, method, stats)
+    weight = model.model.layers[1].self_attn.v_proj.weight
+    kw = {"cov": stats.cov[1]} if method == "care" else {}
+    kw = {"mean_abs": stats.mean_abs[1]} if method == "asvd" else kw
+    direct = factorize(weight, 5, method, **kw)
+    cut = truncate(full[3], 5)
+    torch.testing.assert_close(cut.a @ cut.b, direct.a @ direct.b, atol=1e-5, rtol=1e-4)
+
+
+def test_factors_round_trip_and_drop(tmp_path) -> None:
+    model = _source("qwen3")
+    factors = full_factors(model, "svd")
+    save_factors(factors, tmp_path / "f.safetensors", {"method": "svd"})
+    back = load_factors(tmp_path / "f.safetensors")
+    assert len(back) == 4 and all(torch.equal(a.a, b.a) for a, b in zip(factors, back, strict=True))
+    n = 2
+    mla = mla_from_factors(model, back, [FULL] * n, [FULL] * n, [[0, 1], []], [[], [5]])
+    assert mla.config.kv_rank_k == [FULL - 2, FULL] and mla.config.kv_rank_v == [FULL, FULL - 1]
+    with pytest.raises(ValueError, match="not a factors file"):
+        save_file({"x": torch.zeros(1)}, str(tmp_path / "bad.safetensors"))
+        load_factors(tmp_path / "bad.safetensors")
+
+
+def test_figure_3_1_plans() -> None:
+    plan = halve_layer_plan(4, 32, layer=2)
+    assert plan["ranks_k"] == [32, 32, 16, 32] == plan["ranks_v"]
+    groups = sv_groups(32, 10)
+    assert [i for g in groups for i in g] == list(range(32)) and len(groups) == 10
+    assert all(len(g) in (3, 4) for g in groups)
+    drop = drop_group_plan(4, 32, group=9, groups=10, last_layers=2)
+    assert drop["drop_k"][:2] == [[], []] and drop["drop_k"][2] == groups[9]
+    assert drop["layers"] == [2, 3]
+    with pytest.raises(ValueError):
+        halve_layer_plan(4, 32, layer=4)
+    with pytest.raises(ValueError):
+        drop_group_plan(4, 32, group=10, groups=10, last_layers=1)
+
+
+def test_stages_end_to_end(tmp_path, saved) -> None:
+    """covariance → care factors → water-filled plan → MLA dir that from_pretrained loads;
+    a full-rank plan reproduces the source logits."""
+    data = _jsonl(tmp_path / "c.jsonl", [{"id": str(i), "text": f"{TEXT} {i}"} for i in range(40)])
+    calib = {"n_samples": 4, "seq_len": 16, "batch_size": 2}
+    covariance_stage(str(saved), str(data), "text", calib, 0, str(tmp_path / "cov.safetensors"))
+    factors = tmp_path / "care.safetensors"
+    factorize_stage(str(saved), "care", str(tmp_path / "cov.safetensors"), OPTS, 0, str(factors))
+    allocate_stage(str(factors), "waterfill", 4, str(tmp_path / "w.json"))
+    allocate_stage(str(factors), "uniform", FULL, str(tmp_path / "full.json"))
+    plan = load_plan(tmp_path / "w.json")
+    assert sum(plan["ranks_k"]) + sum(plan["ranks_v"]) == 2 * 2 * 4
+    assert 0 < plan["retained_energy"] <= plan["total_energy"]
+    for name in ("w", "full"):
+        convert_stage(
+            str(saved), str(factors), str(tmp_path / f"{name}.json"), str(tmp_path / name)
+        )
+    src = AutoModelForCausalLM.from_pretrained(saved).eval()
+    full = AutoModelForCausalLM.from_pretrained(tmp_path / "full").eval()
+    low = AutoModelForCausalLM.from_pretrained(tmp_path / "w").eval()
+    assert low.config.model_type == "kvspec_mla" and low.config.kv_rank_k == plan["ranks_k"]
+    ids = _ids(3, length=10) % 200
+    with torch.no_grad():
+        torch.testing.assert_close(full(ids).logits, src(ids).logits, atol=1e-4, rtol=1e-4)
+    assert kv_cache_widths(low) == {"cached": 16, "full": 2 * 2 * FULL}
+    assert kv_cache_widths(src) == {"cached": 2 * 2 * FULL, "full": 2 * 2 * FULL}
+    sensitivity_stage(
+        str(factors), "svgroup-g1", {"groups": 4, "last_layers": 1}, str(tmp_path / "g.json")
+    )
+    assert load_plan(tmp_path / "g.json")["drop_v"][1] == sv_groups(FULL, 4)[1]
+    with pytest.raises(ValueError, match="outside"):
+        allocate_stage(str(factors), "uniform", FULL + 1, str(tmp_path / "x.json"))
+    with pytest.raises(ValueError, match="allocation"):
+        allocate_stage(str(factors), "greedy", 4, str(tmp_path / "x.json"))

@@ -1,0 +1,28 @@
+# Stage ngram (thesis 4.3.1): infini-gram suffix-array indexes over SFT responses (the size
+# sweep of Table 4.1 as nested fractions) and over each target model's own responses.
+
+
+rule ngram_index:
+    input:
+        unpack(ngram_inputs),
+    output:
+        index=directory("results/ngram/{model}/{corpus}_{fraction}"),
+        stats="results/ngram/{model}/{corpus}_{fraction}.json",
+    log:
+        "logs/ngram/{model}/{corpus}_{fraction}.log",
+    benchmark:
+        "benchmarks/ngram/{model}/{corpus}_{fraction}.tsv"
+    wildcard_constraints:
+        model=one_of(SPEC_GEN_MODELS),
+        corpus="sft|responses",
+        fraction=one_of(SPEC_FRACTIONS),
+    conda:
+        env_path("kvspec")
+    threads: 2
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    params:
+        fraction=ngram_fraction,
+    script:
+        script_path("ngram_index.py")
