@@ -16,7 +16,7 @@ rule convert_factorize:
         fact="svd|asvd|care",
         calib=r"none|[a-z0-9_]+-n\d+-t\d+",
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 1
     resources:
         mem_mb=16000,
@@ -41,7 +41,7 @@ rule convert_allocate:
         alloc="uniform|waterfill",
         rank=r"\d+",
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 1
     script:
         script_path("convert_allocate.py")
@@ -58,7 +58,7 @@ rule convert_sensitivity:
         fact="svd|asvd|care",
         plan=r"halve-l\d+|svgroup-g\d+",
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 1
     params:
         opts=care_sensitivity_opts,
@@ -81,7 +81,7 @@ rule convert_mla:
         fact="svd|asvd|care",
         plan=r"(uniform|waterfill)-r\d+|halve-l\d+|svgroup-g\d+",
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 1
     resources:
         mem_mb=40000,

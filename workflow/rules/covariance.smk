@@ -15,7 +15,7 @@ rule covariance_collect:
     wildcard_constraints:
         calib=r"[a-z0-9_]+-n\d+-t\d+",
     conda:
-        env_path("kvspec")
+        env_path("training")
     threads: 2
     resources:
         mem_mb=8000,

@@ -13,7 +13,7 @@ rule evaluate_original:
     benchmark:
         "benchmarks/evaluate/{model}/original.tsv"
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 1
     resources:
         mem_mb=40000,
@@ -42,7 +42,7 @@ rule evaluate_lmeval:
         fact="svd|asvd|care",
         plan=r"(uniform|waterfill)-r\d+|halve-l\d+|svgroup-g\d+",
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 1
     resources:
         mem_mb=40000,

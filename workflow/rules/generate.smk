@@ -11,7 +11,7 @@ rule generate_prompts:
     log:
         "logs/generate/prompts.log",
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     params:
         heldout=spec_cfg("heldout"),
         limit=spec_cfg("prompts", "limit"),
@@ -34,7 +34,7 @@ rule generate_responses:
         model=one_of(SPEC_GEN_MODELS),
         shard=r"\d+",
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 2
     resources:
         mem_mb=8000,
@@ -63,6 +63,6 @@ rule generate_gather:
     wildcard_constraints:
         model=one_of(SPEC_GEN_MODELS),
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     script:
         script_path("generate_gather.py")

@@ -17,7 +17,7 @@ rule ngram_index:
         corpus="sft|responses",
         fraction=one_of(SPEC_FRACTIONS),
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 2
     resources:
         mem_mb=16000,

@@ -19,7 +19,7 @@ if CARE:
         log:
             "logs/report/thesis_table_3_1.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="table_3_1",
             spec=care_report_params("table_3_1"),
@@ -43,7 +43,7 @@ if CARE:
             log:
                 "logs/report/thesis_table_3_2.log",
             conda:
-                env_path("kvspec")
+                env_path("report")
             params:
                 item="table_3_2",
                 spec=care_report_params("table_3_2"),
@@ -65,7 +65,7 @@ if CARE:
         log:
             "logs/report/thesis_table_3_4.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="table_3_4",
             spec=care_report_params("table_3_4"),
@@ -87,7 +87,7 @@ if CARE:
         log:
             "logs/report/thesis_table_3_5.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="table_3_5",
             spec=care_report_params("table_3_5"),
@@ -110,7 +110,7 @@ if CARE:
         log:
             "logs/report/thesis_figure_3_1.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="figure_3_1",
             spec=care_report_params("figure_3_1"),
@@ -133,7 +133,7 @@ if CARE:
         log:
             "logs/report/thesis_figure_3_3.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="figure_3_3",
             spec=care_report_params("figure_3_3"),
@@ -156,7 +156,7 @@ if CARE:
         log:
             "logs/report/thesis_figure_3_4.log",
         conda:
-            env_path("kvspec")
+            env_path("report")
         params:
             item="figure_3_4",
             spec=care_report_params("figure_3_4"),

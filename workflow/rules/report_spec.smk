@@ -20,7 +20,7 @@ rule report_spec_acceptance:
     log:
         "logs/report/spec_acceptance.log",
     conda:
-        env_path("kvspec")
+        env_path("report")
     params:
         settings=spec_cfg("acceptance"),
     script:
@@ -37,7 +37,7 @@ rule report_spec_speed:
     log:
         "logs/report/spec_speed.log",
     conda:
-        env_path("kvspec")
+        env_path("report")
     params:
         columns=spec_table_4_7_columns(),
         labels=spec_set_labels(),

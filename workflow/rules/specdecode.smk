@@ -18,7 +18,7 @@ rule specdecode_acceptance:
         responses="sft|target",
         heldout=one_of(SPEC_HELDOUT),
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 1
     resources:
         mem_mb=8000,
@@ -48,7 +48,7 @@ rule specdecode_speed:
         model=one_of(SPEC_GEN_MODELS),
         bench=one_of(SPEC_BENCH_SETS),
     conda:
-        env_path("kvspec")
+        env_path("evaluation")
     threads: 2
     resources:
         mem_mb=16000,
