@@ -15,7 +15,6 @@ with log_to(snakemake.log[0]):
         "kind": spec["kind"],
         "records": n,
         "origin": origin,
-        "note": snakemake.params.note,
         "eval": spec["eval"],
         "provenance": provenance(spec),
     }

@@ -108,6 +108,8 @@ def test_position_records_match_engine(setup):
     for i, rec in enumerate(records):
         res = engine.infgram_ntd(prompts[0] + outputs[0][:i])
         assert rec.suffix_len == res["suffix_len"] and rec.count == res["prompt_cnt"]
+        want = {int(t): r["prob"] for t, r in res["result_by_token_id"].items()}
+        assert rec.q == pytest.approx(want)  # counted by the drafter, equal to infgram_ntd
         assert float(rec.p.sum()) == pytest.approx(1.0)
         assert int(torch.argmax(rec.p)) == rec.token  # greedy output
     assert records[0].suffix_len >= 5  # the prompt itself is in the index

@@ -56,8 +56,9 @@ def dataset_spec(wildcards):
     return {k: v for k, v in spec.items() if k != "note"}
 
 
-def dataset_note(wildcards):
-    return config["data"]["datasets"][wildcards.dataset]["note"]
+def dataset_notes():
+    """Each dataset's free-text note (only the data-sources table depends on them)."""
+    return {n: spec["note"] for n, spec in config["data"]["datasets"].items()}
 
 
 def pretrain_spec(wildcards):

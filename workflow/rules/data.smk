@@ -11,7 +11,6 @@ rule data_normalize:
         env_path("training")
     params:
         spec=dataset_spec,
-        note=dataset_note,
         mirror=config["data"]["mirror"],
     script:
         script_path("data_normalize.py")
@@ -28,6 +27,8 @@ rule data_sources:
             labels={"item": "data sources", "format": "csv"},
         ),
         md="results/report/data_sources.md",
+    params:
+        notes=dataset_notes(),
     log:
         "logs/data/sources.log",
     conda:

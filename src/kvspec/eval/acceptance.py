@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 
 from kvspec.spec.drafters import InfiniGramDrafter, greedy_token
+from kvspec.spec.ngram_index import CheckedEngine
 
 Dist = dict[int, float]
 MATCH_LENGTH_BINS = (0, 2, 4, 6, 8, 10, 12, 14, 16)
@@ -131,17 +132,22 @@ def position_records(
 ) -> list[PositionRecord]:
     """Records for each output position: target p (teacher-forced) and infgram_ntd q.
 
-    `engine` is a CheckedEngine, an InfiniGramDrafter (its engine is used) or anything
-    with an `infgram_ntd` method. The n-gram context is the prompt plus the output so far,
-    as in decoding.
+    `engine` is a CheckedEngine or an InfiniGramDrafter (the distribution is counted by
+    `InfiniGramDrafter.distribution`, which equals `infgram_ntd`), or anything else with
+    an `infgram_ntd` method. The n-gram context is the prompt plus the output so far, as
+    in decoding.
     """
-    ngram = engine.engine if isinstance(engine, InfiniGramDrafter) else engine
+    ngram = InfiniGramDrafter(engine) if isinstance(engine, CheckedEngine) else engine
     prompt, output = [int(t) for t in prompt_ids], [int(t) for t in output_ids]
     ids = torch.tensor([prompt + output], dtype=torch.long, device=target.device)  # (1, P+N)
     logits = target(input_ids=ids).logits[0, len(prompt) - 1 : -1].cpu()  # (N, V)
     probs = torch.softmax(logits.double() / temperature, dim=-1)  # (N, V)
     records = []
     for i, token in enumerate(output):
+        if isinstance(ngram, InfiniGramDrafter):
+            q, suffix_len, count = ngram.distribution(prompt + output[:i])
+            records.append(PositionRecord(token, probs[i], q, suffix_len, count))
+            continue
         res = ngram.infgram_ntd(prompt + output[:i])
         if "error" in res:
             raise RuntimeError(f"infgram_ntd failed at position {i}: {res['error']}")

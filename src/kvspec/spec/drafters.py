@@ -154,6 +154,20 @@ class InfiniGramDrafter:
         q = dists if self.sample else one_hot(tokens)
         return Draft(tokens, q, len(first.suffix), first.count, dists)
 
+    def distribution(self, context: list[int]) -> tuple[Dist, int, int]:
+        """`infgram_ntd` of `context`: (next-token distribution, suffix length, suffix count).
+
+        Counted from the index like a one-token draft instead of calling the engine's
+        `infgram_ntd`, whose C++ code was seen to segfault on suffixes that end documents
+        (runs of one repeated token) while `find` and this counting are safe.
+        """
+        match = self.longest_suffix([int(t) for t in context])
+        if match.count <= self.max_support:
+            steps, _ = self._walk(match, 1)
+        else:
+            steps, _ = self._engine_step(match)
+        return (steps[0][1] if steps else {}), len(match.suffix), match.count
+
     def longest_suffix(self, ctx: list[int]) -> _Match:
         """Longest suffix of `ctx` with a match, found by doubling then bisecting its length."""
         best = self._find([])
