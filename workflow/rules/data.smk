@@ -27,11 +27,11 @@ rule data_sources:
             labels={"item": "data sources", "format": "csv"},
         ),
         md="results/report/data_sources.md",
-    params:
-        notes=dataset_notes(),
     log:
         "logs/data/sources.log",
     conda:
         env_path("report")
+    params:
+        notes=dataset_notes(),
     script:
         script_path("data_sources.py")
