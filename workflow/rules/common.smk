@@ -239,6 +239,8 @@ def care_eval_columns(wildcards):
     variant = "original"
     if hasattr(wildcards, "fact"):
         variant = f"{wildcards.fact}-{wildcards.calib}/{wildcards.plan}"
+    elif hasattr(wildcards, "budget"):
+        variant = heal_variant(wildcards.method, wildcards.budget)
     wanted = CARE_EVALS.get((wildcards.model, variant), set())
     return [c for c in EVAL_TASKS if c in wanted]
 
@@ -394,6 +396,97 @@ def care_outputs():
         for item in care_items()
         for ext in CARE_ITEMS[item]
     ]
+
+
+# ---- Healing (thesis Table 3.3): restored / SVD students, budgets, evaluations ------------
+HEAL = (CARE.get("heal") or {}) if CARE else {}
+
+
+def heal_rank():
+    """Table 3.3's MLA rank r (cache 2·r per token and layer for every method)."""
+    if HEAL["rank"]:
+        return HEAL["rank"]
+    width = kv_width(config, HEAL["model"])
+    if width is None:
+        raise WorkflowError(
+            "config key 'care.heal.rank': the model has no pretrain arch to resolve "
+            "rank_fraction of g_h·d_h; give an explicit rank"
+        )
+    return max(1, round(HEAL["rank_fraction"] * width))
+
+
+def heal_variant(method, budget):
+    return f"heal-{method}/tokens-{budget}"
+
+
+def heal_calib_tag(method):
+    return care_tag(HEAL["calibration"][method], HEAL["n_samples"], HEAL["seq_len"])
+
+
+def heal_restore_stats(wildcards):
+    tag = heal_calib_tag(wildcards.method)
+    return f"results/covariance/{wildcards.model}/{tag}.safetensors"
+
+
+def heal_student(wildcards):
+    """The model healing starts from: the plain SVD MLA model, or a restored one."""
+    if wildcards.method == "svd":
+        plan = care_variant("svd", None, f"uniform-r{heal_rank()}")
+        return f"results/convert/{wildcards.model}/models/{plan}"
+    return f"results/heal/{wildcards.model}/init/{wildcards.method}"
+
+
+def heal_data():
+    return f"results/data/{HEAL['data']['dataset']}.jsonl"
+
+
+def heal_kind():
+    return config["data"]["datasets"][HEAL["data"]["dataset"]]["kind"]
+
+
+def heal_report_params():
+    model = HEAL["model"]
+    rows = [
+        {
+            "method": m,
+            "budget": b,
+            "calibration": (
+                heal_calib_tag(m) if m in HEAL["calibration"] and m != "svd" else None
+            ),
+            "file": care_eval_path(model, heal_variant(m, b)),
+        }
+        for m in HEAL["methods"]
+        for b in HEAL["train"]["budgets"]
+    ]
+    curves = {m: f"results/heal/{model}/{m}/curve.csv" for m in HEAL["methods"]}
+    return {
+        "rows": rows,
+        "baseline": care_eval_path(model, "original"),
+        "curves": curves,
+        "model": model,
+        "rank": heal_rank(),
+    }
+
+
+def heal_report_inputs():
+    params = heal_report_params()
+    return [r["file"] for r in params["rows"]] + [params["baseline"]]
+
+
+def heal_outputs():
+    if not HEAL:
+        return []
+    return [
+        *expand("results/report/thesis_table_3_3.{ext}", ext=["csv", "md"]),
+        *expand("results/report/heal_convergence.{ext}", ext=["png", "pdf", "csv"]),
+    ]
+
+
+if HEAL:
+    for _m in HEAL["methods"]:
+        for _b in HEAL["train"]["budgets"]:
+            care_add(HEAL["model"], heal_variant(_m, _b), list(EVAL_TASKS))
+    care_add(HEAL["model"], "original", list(EVAL_TASKS))
 
 
 SPEC = config.get("spec") or {}
@@ -613,5 +706,6 @@ def all_outputs():
         "results/report/data_sources.md",
         *pretrain_report_outputs(),
         *care_outputs(),
+        *heal_outputs(),
         *spec_outputs(),
     ]

@@ -42,24 +42,33 @@ def calibration_tokens(
     """(n_samples, seq_len) token ids from the dataset at `path` (seeded document order)."""
     if n_samples < 1 or seq_len < 2:
         raise ValueError(f"need n_samples >= 1 and seq_len >= 2, got {n_samples}, {seq_len}")
-    records = list(read_jsonl(path, kind))
-    random.Random(seed).shuffle(records)
-    eos = tokenizer.eos_token_id
     need = n_samples * seq_len
-    stream: list[int] = []
-    for rec in records:
-        stream += tokenizer(render_record(rec, kind, tokenizer), add_special_tokens=False)[
-            "input_ids"
-        ]
-        stream += [eos] if eos is not None else []
-        if len(stream) >= need:
-            break
+    stream = token_stream(path, kind, tokenizer, need, seed)
     if len(stream) < need:
         raise ValueError(
             f"{path}: {len(stream)} tokens, but {n_samples} samples x {seq_len} tokens "
             f"= {need} are needed; lower n_samples/seq_len or use a larger dataset"
         )
     return torch.tensor(stream[:need], dtype=torch.long).view(n_samples, seq_len)
+
+
+def token_stream(
+    path: str | Path, kind: str, tokenizer: Any, max_tokens: int, seed: int
+) -> list[int]:
+    """EOS-separated token ids of the dataset's records in seeded random order, stopping once
+    `max_tokens` are reached (the stream may be longer by the tail of the last record)."""
+    records = list(read_jsonl(path, kind))
+    random.Random(seed).shuffle(records)
+    eos = tokenizer.eos_token_id
+    stream: list[int] = []
+    for rec in records:
+        stream += tokenizer(render_record(rec, kind, tokenizer), add_special_tokens=False)[
+            "input_ids"
+        ]
+        stream += [eos] if eos is not None else []
+        if len(stream) >= max_tokens:
+            break
+    return stream
 
 
 def batches(tokens: Tensor, batch_size: int) -> Iterator[Tensor]:

@@ -107,6 +107,9 @@ def kv_cache_widths(model: PreTrainedModel) -> dict[str, int]:
     cfg = model.config
     if cfg.model_type == "kvspec_mla":
         return {"cached": sum(cfg.kv_rank_k) + sum(cfg.kv_rank_v), "full": _full(cfg)}
+    if cfg.model_type == "deepseek_v3":  # restored by kvspec.care.restore: latent + RoPE key
+        cached = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * cfg.num_hidden_layers
+        return {"cached": cached, "full": getattr(cfg, "kvspec_full_kv_per_token", cached)}
     return {"cached": _full(cfg), "full": _full(cfg)}
 
 

@@ -1,0 +1,294 @@
+"""Healing after conversion (thesis 3.3.6): CE + KD fine-tuning of the converted student
+against the original teacher, checkpointed at each token budget, resumable, with a validation
+perplexity curve.
+
+    L = L_CE + β·τ²·KL(softmax(z_T/τ) ‖ softmax(z_S/τ))        (3.13)-(3.15)
+
+AdamW (β₁, β₂, weight decay on matrices), linear warmup then cosine, gradient clipping, and an
+effective batch of micro_batch × accum × processes sequences. `accelerate` carries the same
+loop from one CPU process to N data-parallel GPU processes in bf16: each process draws its own
+slice of every step's seeded batch, gradients synchronise on the last micro-batch only, and
+only the main process writes files. Everything random is a function of (seed, step), so a run
+resumed from its state file continues the uninterrupted run's curve.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from kvspec.io import atomic_path, config_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HealSpec:
+    """Healing settings (the `care.heal.train` config block) and the token budgets."""
+
+    budgets: list[int]  # tokens seen at each saved checkpoint (thesis: 1B, 3B)
+    seq_len: int = 256
+    micro_batch: int = 4
+    accum: int = 16  # micro-batches per optimizer step (per process)
+    lr: float = 2e-5
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 1.0
+    tau: float = 4.0
+    beta: float = 0.5
+    eval_every: int = 5
+    eval_windows: int = 16
+    ckpt_every: int = 5
+    seed: int = 0
+    mixed_precision: str = "no"  # "no" (CPU / fp32) or "bf16"
+    processes: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.budgets or any(b <= 0 for b in self.budgets):
+            raise ValueError(f"budgets must be positive token counts, got {self.budgets}")
+        if sorted(self.budgets) != list(self.budgets) or len(set(self.budgets)) != len(
+            self.budgets
+        ):
+            raise ValueError(f"budgets must be strictly increasing, got {self.budgets}")
+        if min(self.seq_len, self.micro_batch, self.accum, self.processes) < 1:
+            raise ValueError("seq_len, micro_batch, accum and processes must be >= 1")
+        if self.mixed_precision not in ("no", "bf16"):
+            raise ValueError(f"mixed_precision must be 'no' or 'bf16', got {self.mixed_precision}")
+        for budget in self.budgets:
+            if budget < self.tokens_per_step:
+                raise ValueError(
+                    f"budget {budget} tokens is less than one optimizer step "
+                    f"({self.tokens_per_step} tokens)"
+                )
+
+    @property
+    def sequences_per_step(self) -> int:
+        return self.micro_batch * self.accum * self.processes
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.sequences_per_step * self.seq_len
+
+    def steps_for(self, budget: int) -> int:
+        """Optimizer steps whose tokens reach `budget` (rounded to the nearest step)."""
+        return max(1, round(budget / self.tokens_per_step))
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_for(self.budgets[-1])
+
+
+def lr_at(step: int, spec: HealSpec) -> float:
+    """Linear warmup to `lr`, then cosine to `min_lr_ratio·lr` at the largest budget."""
+    if step < spec.warmup_steps:
+        return spec.lr * (step + 1) / spec.warmup_steps
+    span = max(1, spec.total_steps - 1 - spec.warmup_steps)  # the last step is at the floor
+    progress = min(1.0, (step - spec.warmup_steps) / span)
+    floor = spec.min_lr_ratio * spec.lr
+    return floor + 0.5 * (spec.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float) -> torch.Tensor:
+    """Mean over positions of KL(softmax(z_T/τ) ‖ softmax(z_S/τ)) (thesis 3.14)."""
+    t = F.log_softmax(teacher_logits.float() / tau, dim=-1)
+    s = F.log_softmax(student_logits.float() / tau, dim=-1)
+    return (t.exp() * (t - s)).sum(-1).mean()
+
+
+def heal_loss(
+    student: torch.nn.Module, teacher: torch.nn.Module, batch: torch.Tensor, spec: HealSpec
+) -> tuple[torch.Tensor, float, float]:
+    """(L, L_CE, L_KD) on one (B, T) batch; the teacher runs without gradients."""
+    out = student(input_ids=batch, labels=batch)
+    with torch.no_grad():
+        teacher_logits = teacher(input_ids=batch).logits
+    kd = kd_loss(out.logits, teacher_logits, spec.tau)
+    loss = out.loss + spec.beta * spec.tau**2 * kd
+    return loss, float(out.loss.detach()), float(kd.detach())
+
+
+def sample_windows(tokens: np.ndarray, spec: HealSpec, step: int, micro: int, rank: int):
+    """This process's (micro_batch, seq_len) windows of `step`; a function of (seed, step)."""
+    rng = np.random.default_rng([spec.seed, step])
+    starts = rng.integers(0, len(tokens) - spec.seq_len, size=spec.sequences_per_step)
+    per_rank = spec.micro_batch * spec.accum
+    mine = starts[rank * per_rank : (rank + 1) * per_rank]
+    chosen = mine[micro * spec.micro_batch : (micro + 1) * spec.micro_batch]
+    windows = np.stack([tokens[s : s + spec.seq_len] for s in chosen])
+    return torch.from_numpy(windows.astype(np.int64))
+
+
+def val_windows(tokens: np.ndarray, spec: HealSpec) -> torch.Tensor:
+    """Fixed, evenly spaced held-out windows (eval_windows, seq_len)."""
+    if len(tokens) <= spec.seq_len:
+        raise ValueError(f"validation stream has {len(tokens)} tokens, need > {spec.seq_len}")
+    starts = np.linspace(0, len(tokens) - spec.seq_len - 1, spec.eval_windows).astype(np.int64)
+    return torch.from_numpy(
+        np.stack([tokens[s : s + spec.seq_len] for s in starts]).astype(np.int64)
+    )
+
+
+@torch.no_grad()
+def val_perplexity(model: torch.nn.Module, windows: torch.Tensor, micro_batch: int) -> float:
+    """exp(mean next-token CE) over the validation windows."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    losses = [
+        model(input_ids=chunk.to(device), labels=chunk.to(device)).loss.item()
+        for chunk in windows.split(micro_batch)
+    ]
+    model.train(was_training)
+    return float(math.exp(np.mean(losses)))
+
+
+def make_optimizer(model: torch.nn.Module, spec: HealSpec) -> torch.optim.Optimizer:
+    """AdamW, weight decay on matrices only."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=spec.lr, betas=spec.betas)
+
+
+@dataclass
+class HealState:
+    """What a resumed run needs: step, curve and the optimizer/model states."""
+
+    step: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+def _load_state(path: Path | None, model, opt, tag: str) -> HealState:
+    if path is None or not path.exists():
+        return HealState()
+    saved = torch.load(path, weights_only=False, map_location="cpu")
+    if saved.get("tag") != tag:
+        log.info("ignoring state %s: it belongs to another run configuration", path)
+        return HealState()
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["opt"])
+    log.info("resumed healing from %s at step %d", path, saved["step"])
+    return HealState(step=saved["step"], curve=saved["curve"])
+
+
+def _save_state(path: Path, model, opt, state: HealState, tag: str) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "step": state.step,
+                "curve": state.curve,
+                "tag": tag,
+            },
+            tmp,
+        )
+
+
+def heal(
+    student: torch.nn.Module,
+    teacher: torch.nn.Module,
+    train_tokens: np.ndarray,
+    val_tokens: np.ndarray,
+    spec: HealSpec,
+    save_budget,
+    state_path: str | Path | None = None,
+    fingerprint: str = "",
+    stop_after: int | None = None,
+) -> list[dict[str, float]]:
+    """Heal `student` in place; call `save_budget(budget, unwrapped_model)` when a budget's
+    step is reached (main process only). Returns the curve (step 0 = before healing).
+    `stop_after` ends the run early after that many steps (to test crash and resume)."""
+    from accelerate import Accelerator
+
+    acc = Accelerator(mixed_precision=spec.mixed_precision, cpu=not torch.cuda.is_available())
+    torch.manual_seed(spec.seed)
+    teacher.requires_grad_(False)
+    teacher = teacher.to(acc.device).eval()
+    opt = make_optimizer(student, spec)
+    tag = config_hash([asdict(spec), fingerprint])
+    state = _load_state(Path(state_path) if state_path else None, student, opt, tag)
+    model, opt = acc.prepare(student, opt)
+    model.train()
+    val = val_windows(val_tokens, spec)
+    if not state.curve:
+        state.curve.append(_row(0, spec, float("nan"), float("nan"), model, val, 0.0))
+        log.info("step 0 (before healing): val ppl %.3f", state.curve[0]["val_ppl"])
+    budget_at = {spec.steps_for(b): b for b in spec.budgets}
+    end = spec.total_steps if stop_after is None else min(spec.total_steps, stop_after)
+    t0 = time.perf_counter() - state.curve[-1]["seconds"]
+    bar = tqdm(
+        range(state.step, end),
+        desc="heal",
+        mininterval=10,
+        initial=state.step,
+        total=spec.total_steps,
+        disable=not acc.is_main_process,
+    )
+    for step in bar:
+        ce, kd = _optimizer_step(model, teacher, opt, train_tokens, spec, step, acc)
+        state.step = step + 1
+        if state.step % spec.eval_every == 0 or state.step in budget_at:
+            row = _row(state.step, spec, ce, kd, model, val, time.perf_counter() - t0)
+            state.curve.append(row)
+            bar.set_postfix(ce=f"{ce:.3f}", kd=f"{kd:.4f}", val_ppl=f"{row['val_ppl']:.2f}")
+            log.info(
+                "step %d tokens %d ce %.4f kd %.5f val ppl %.3f",
+                state.step,
+                row["tokens"],
+                ce,
+                kd,
+                row["val_ppl"],
+            )
+        if state.step in budget_at and acc.is_main_process:
+            save_budget(budget_at[state.step], acc.unwrap_model(model))
+        if state_path and state.step % spec.ckpt_every == 0 and acc.is_main_process:
+            _save_state(Path(state_path), acc.unwrap_model(model), opt, state, tag)
+        acc.wait_for_everyone()
+    return state.curve
+
+
+def _optimizer_step(
+    model, teacher, opt, tokens, spec: HealSpec, step: int, acc
+) -> tuple[float, float]:
+    """One optimizer step over `accum` micro-batches; returns this step's mean (CE, KD)."""
+    for group in opt.param_groups:
+        group["lr"] = lr_at(step, spec)
+    ces, kds = [], []
+    for micro in range(spec.accum):
+        batch = sample_windows(tokens, spec, step, micro, acc.process_index).to(acc.device)
+        sync = micro == spec.accum - 1
+        with nullcontext() if sync else acc.no_sync(model), acc.autocast():
+            loss, ce, kd = heal_loss(model, teacher, batch, spec)
+            acc.backward(loss / spec.accum)
+        ces.append(ce)
+        kds.append(kd)
+    acc.clip_grad_norm_(model.parameters(), spec.grad_clip)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(np.mean(ces)), float(np.mean(kds))
+
+
+def _row(step: int, spec: HealSpec, ce: float, kd: float, model, val, seconds: float) -> dict:
+    return {
+        "step": step,
+        "tokens": step * spec.tokens_per_step,
+        "lr": lr_at(max(step - 1, 0), spec) if step else 0.0,
+        "train_ce": ce,
+        "train_kd": kd,
+        "val_ppl": val_perplexity(model, val, spec.micro_batch),
+        "seconds": seconds,
+    }

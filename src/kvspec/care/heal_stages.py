@@ -1,0 +1,154 @@
+"""The Table 3.3 stages as functions of files: restore (TransMLA layout) → heal (budgets)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvspec.care.calibration import token_stream
+from kvspec.care.covariance import load_stats
+from kvspec.care.heal import HealSpec, heal
+from kvspec.care.pipeline import kv_cache_widths, load_model
+from kvspec.care.restore import RestoreSpec, kv_cache_per_token, latent_rank, restore_model
+from kvspec.io import atomic_path, config_hash, provenance, write_json, write_text
+
+log = logging.getLogger(__name__)
+
+
+def restore_stage(
+    model_dir: str,
+    stats_path: str,
+    method: str,
+    rank: int,
+    freqfold: int,
+    factorize_opts: dict[str, Any],
+    out_dir: str,
+) -> None:
+    """Restore the Llama model in `model_dir` to DeepSeek-V3 attention with the KV cache of a
+    rank-`rank` CARE model (2·rank numbers per token and layer) and save it."""
+    model, tok = load_model(model_dir)
+    spec = RestoreSpec(
+        method=method,
+        kv_lora_rank=latent_rank(model.config, rank, freqfold),
+        freqfold=freqfold,
+        care_alpha=factorize_opts["care_alpha"],
+        care_lambda=factorize_opts["care_lambda"],
+    )
+    restored = restore_model(model, load_stats(stats_path).cov, spec)
+    restored.config.kvspec_full_kv_per_token = kv_cache_widths(model)["full"]
+    restored.generation_config = model.generation_config
+    cache = kv_cache_per_token(restored.config)
+    log.info(
+        "%s: rank %d -> kv_lora_rank %d + RoPE key %d = %d cached numbers per token and layer",
+        method,
+        rank,
+        spec.kv_lora_rank,
+        restored.config.qk_rope_head_dim,
+        cache["per_layer"],
+    )
+    record = provenance(
+        {"method": method, "rank": rank, "freqfold": freqfold, **factorize_opts},
+        source=model_dir,
+        stats=stats_path,
+        kv_cache=cache,
+    )
+    with atomic_path(out_dir) as tmp:
+        restored.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        write_json(tmp / "kvspec_provenance.json", record)
+
+
+def healing_tokens(
+    data: str, kind: str, tokenizer: Any, opts: dict[str, Any], seq_len: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) token streams: the stream's last `val_fraction` is held out."""
+    stream = np.asarray(token_stream(data, kind, tokenizer, opts["max_tokens"], seed), np.int32)
+    n_val = max(int(len(stream) * opts["val_fraction"]), seq_len + 1)
+    if len(stream) - n_val <= seq_len:
+        raise ValueError(
+            f"{data}: {len(stream)} tokens are too few to heal with windows of "
+            f"{seq_len} and hold out {n_val}"
+        )
+    return stream[:-n_val], stream[-n_val:]
+
+
+def heal_stage(
+    student_dir: str,
+    teacher_dir: str,
+    data: str,
+    kind: str,
+    data_opts: dict[str, Any],
+    train_opts: dict[str, Any],
+    seed: int,
+    outputs: dict[str, Any],
+    state_path: str | None = None,
+) -> None:
+    """Heal the student; `outputs`: models (one dir per budget), curve (CSV), stats (JSON)."""
+    spec = HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
+    run = functools.partial(
+        _heal_and_write,
+        student_dir,
+        teacher_dir,
+        data,
+        kind,
+        data_opts,
+        spec,
+        outputs,
+        state_path,
+    )
+    if spec.processes > 1:
+        from accelerate import notebook_launcher
+
+        notebook_launcher(run, num_processes=spec.processes, mixed_precision=spec.mixed_precision)
+    else:
+        run()
+
+
+def _heal_and_write(
+    student_dir, teacher_dir, data, kind, data_opts, spec: HealSpec, outputs, state_path
+) -> None:
+    student, tok = load_model(student_dir)
+    teacher, _ = load_model(teacher_dir)
+    train_ids, val_ids = healing_tokens(data, kind, tok, data_opts, spec.seq_len, spec.seed)
+    log.info(
+        "healing %s: %d train / %d held-out tokens; %d steps of %d tokens; budgets %s",
+        student_dir,
+        len(train_ids),
+        len(val_ids),
+        spec.total_steps,
+        spec.tokens_per_step,
+        spec.budgets,
+    )
+    dirs = dict(zip(spec.budgets, outputs["models"], strict=True))
+    started, reached = time.perf_counter(), {}
+
+    def save_budget(budget: int, model) -> None:
+        reached[budget] = time.perf_counter() - started
+        record = provenance({"budget": budget, "spec": repr(spec)}, student=student_dir)
+        with atomic_path(dirs[budget]) as tmp:
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            write_json(tmp / "kvspec_provenance.json", record)
+
+    fingerprint = config_hash([student_dir, teacher_dir, data, data_opts])
+    curve = heal(student, teacher, train_ids, val_ids, spec, save_budget, state_path, fingerprint)
+    write_text(outputs["curve"], pd.DataFrame(curve).to_csv(index=False))
+    stats = {
+        "parameters": sum(p.numel() for p in student.parameters()),
+        "tokens_per_step": spec.tokens_per_step,
+        "budget_steps": {str(b): spec.steps_for(b) for b in spec.budgets},
+        "seconds_to_budget_this_run": {str(b): s for b, s in reached.items()},
+        "val_ppl_start": curve[0]["val_ppl"],
+        "val_ppl_end": curve[-1]["val_ppl"],
+        "kv_cache": kv_cache_widths(student),
+        "provenance": provenance(data_opts, spec=repr(spec)),
+    }
+    write_json(outputs["stats"], stats)
+    if state_path:
+        Path(state_path).unlink(missing_ok=True)

@@ -1,0 +1,249 @@
+"""Full MLA restoration ("100% MLA", TransMLA-style): a GQA Llama model → DeepSeek-V3 attention.
+
+Per layer, with g KV heads of width d and the K/V input covariance C (from calibration):
+
+1. RoRoPE. The keys of all KV heads form one g·d vector k̃. For each group of `freqfold`
+   neighbouring RoPE frequencies, its g·freqfold complex components (real part at i, imaginary
+   at i + d/2 of each head) are rotated by the eigenvectors of their second moment
+   E[Re Reᵀ + Im Imᵀ] (from W_K C W_Kᵀ), strongest first. The same orthogonal rotation applied to
+   the real and imaginary parts commutes with RoPE (exactly when freqfold = 1), and the queries
+   are rotated with it, so every q·k is unchanged. The first rotated component of each group
+   keeps RoPE at the group's first frequency: that is the decoupled RoPE key (d/freqfold dims),
+   shared by all heads. The other components lose RoPE (the approximation healing repairs).
+2. Joint latent. The position-free key components and all of V are one linear map Z of x
+   (K part balanced to V's RMS first, as TransMLA's BKV). Z is factored at rank r_lat:
+   ``transmla``: weight-space SVD of Z; ``transmla-care``: CARE's covariance-weighted SVD of
+   √C_λ·Zᵀ. Within a layer the joint SVD is the optimal split of the latent between K and V,
+   so there is nothing left for water-filling to allocate there; across layers DeepSeek-V3 has
+   one `kv_lora_rank`, so every layer gets the same r_lat (see `latent_rank`).
+3. Layout. Query head h (KV group a): q_nope = q_h (d dims), q_rope = R[rope, a]·q_h, and the
+   key for head h is R[nope, a]ᵀ·k_nope: an exact re-association of the dot product. The
+   scale √((d + d_rope)/d) is folded into q_proj because DeepSeek-V3 divides by √(d + d_rope).
+
+The cache per token and layer is kv_lora_rank + d_rope numbers; `latent_rank` chooses
+kv_lora_rank so that this equals the budget 2·r of a rank-r CARE conversion.
+
+Known departures from the original function, all repaired by healing: RoPE dropped on the
+non-leading components; FreqFold's shared frequency (freqfold > 1); and DeepSeek-V3's RMSNorm
+on the latent (`kv_a_layernorm`), initialised to the latent's calibration RMS so that it is the
+identity on an average token. Qwen3's per-head QK-norm has no place in DeepSeek-V3 and is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedModel
+
+from kvspec.care.factorize import factorize
+
+log = logging.getLogger(__name__)
+RESTORE_METHODS = {"transmla": "svd", "transmla-care": "care"}
+
+
+@dataclass(frozen=True)
+class RestoreSpec:
+    """Settings of one restoration (the `care.heal.restore` config block plus the method)."""
+
+    method: str  # transmla | transmla-care
+    kv_lora_rank: int
+    freqfold: int = 1
+    care_alpha: float = 0.05
+    care_lambda: float = 0.01
+
+    def __post_init__(self) -> None:
+        if self.method not in RESTORE_METHODS:
+            raise ValueError(f"restore method must be one of {sorted(RESTORE_METHODS)}")
+        if self.kv_lora_rank < 1 or self.freqfold < 1:
+            raise ValueError("kv_lora_rank and freqfold must be >= 1")
+
+
+def _shape(config: Any) -> tuple[int, int, int]:
+    """(query heads H, KV heads g, head width d) of a Llama config; refuses what cannot map."""
+    if config.model_type != "llama":
+        raise ValueError(
+            f"full MLA restoration needs a Llama model; got {config.model_type!r}"
+            + (
+                " (Qwen3's per-head q/k RMSNorm has no counterpart in DeepSeek-V3 attention)"
+                if config.model_type == "qwen3"
+                else ""
+            )
+        )
+    if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
+        raise ValueError("models with attention or MLP biases are not supported")
+    d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return config.num_attention_heads, config.num_key_value_heads, d
+
+
+def rope_dim(head_dim: int, freqfold: int) -> int:
+    """Width of the decoupled RoPE key: one complex component per group of frequencies."""
+    if head_dim % (2 * freqfold):
+        raise ValueError(f"freqfold {freqfold} must divide head_dim/2 = {head_dim // 2}")
+    return head_dim // freqfold
+
+
+def latent_rank(config: Any, rank: int, freqfold: int) -> int:
+    """kv_lora_rank whose cache (latent + RoPE key) equals 2·rank, a rank-r CARE model's."""
+    _, g, d = _shape(config)
+    lat = 2 * rank - rope_dim(d, freqfold)
+    if not 1 <= lat <= 2 * g * d - rope_dim(d, freqfold):
+        raise ValueError(f"rank {rank} leaves no room for a latent beside the RoPE key")
+    return lat
+
+
+def _group_indices(g: int, d: int, freqfold: int, j: int) -> tuple[Tensor, Tensor]:
+    """Indices into k̃ (g·d) of the real and imaginary parts of frequency group j."""
+    half = d // 2
+    freqs = torch.arange(j * freqfold, (j + 1) * freqfold)
+    real = torch.stack([a * d + freqs for a in range(g)]).reshape(-1)
+    return real, real + half
+
+
+def rorope_rotation(key_cov: Tensor, g: int, d: int, freqfold: int) -> tuple[Tensor, int]:
+    """Orthogonal R (g·d, g·d), rows = rotated components: the d_rope RoPE rows first (real
+    parts of every group's leading component, then their imaginary parts), then the rest.
+    Returns (R, d_rope)."""
+    groups = d // 2 // freqfold
+    rope_re, rope_im, rest = [], [], []
+    for j in range(groups):
+        re, im = _group_indices(g, d, freqfold, j)
+        h = key_cov[re][:, re] + key_cov[im][:, im]  # (g·f, g·f) second moment of the group
+        evals, evecs = torch.linalg.eigh((h + h.T) / 2)
+        u = evecs[:, torch.argsort(evals, descending=True)]  # columns: strongest first
+        rope_re.append((re, u[:, 0]))
+        rope_im.append((im, u[:, 0]))
+        rest += [(idx, u[:, c]) for c in range(1, u.shape[1]) for idx in (re, im)]
+    rows = torch.zeros(g * d, g * d, dtype=torch.float64)
+    for n, (idx, vec) in enumerate(rope_re + rope_im + rest):
+        rows[n, idx] = vec
+    return rows, 2 * groups
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """DeepSeek-V3 attention weights of one layer (nn.Linear layout: (out, in))."""
+
+    q_proj: Tensor
+    kv_a_proj_with_mqa: Tensor
+    kv_a_layernorm: Tensor
+    kv_b_proj: Tensor
+
+
+def restore_layer(
+    attn: Any, cov: Tensor, spec: RestoreSpec, shape: tuple[int, int, int]
+) -> LayerWeights:
+    """Restored weights of one Llama attention layer from its K/V input covariance `cov`."""
+    n_heads, g, d = shape
+    wq = attn.q_proj.weight.detach().double().view(n_heads, d, -1)  # (H, d, D)
+    wk = attn.k_proj.weight.detach().double()  # (g·d, D)
+    wv = attn.v_proj.weight.detach().double()  # (g·d, D)
+    c = cov.double()
+    rot, d_rope = rorope_rotation(wk @ c @ wk.T, g, d, spec.freqfold)
+    k_rot = rot @ wk  # (g·d, D) rotated components
+    k_rope, k_nope = k_rot[:d_rope], k_rot[d_rope:]
+    ratio = math.sqrt(_mean_square(k_nope, c) / max(_mean_square(wv, c), 1e-30))
+    ratio = ratio if ratio > 0 else 1.0
+    z = torch.cat([k_nope / ratio, wv])  # (n_nope + g·d, D)
+    f = factorize(
+        z,
+        spec.kv_lora_rank,
+        RESTORE_METHODS[spec.method],
+        cov=c,
+        alpha=spec.care_alpha,
+        lam_frac=spec.care_lambda,
+    )
+    a, b = f.a.double(), f.b.double()  # (D, r), (r, n_nope + g·d)
+    b_k, b_v = b[:, : k_nope.shape[0]].T * ratio, b[:, k_nope.shape[0] :].T  # (n_nope, r), (g·d, r)
+    group = n_heads // g
+    scale = math.sqrt((d + d_rope) / d)
+    q_rows, kv_rows = [], []
+    for h in range(n_heads):
+        cols = slice((h // group) * d, (h // group + 1) * d)
+        q_rows += [wq[h], rot[:d_rope, cols] @ wq[h]]
+        kv_rows += [rot[d_rope:, cols].T @ b_k, b_v[cols]]
+    latent_rms = math.sqrt(_mean_square(a.T, c))
+    dtype = attn.q_proj.weight.dtype
+    return LayerWeights(
+        q_proj=(torch.cat(q_rows) * scale).to(dtype),
+        kv_a_proj_with_mqa=torch.cat([a.T, k_rope]).to(dtype),
+        kv_a_layernorm=torch.full((spec.kv_lora_rank,), latent_rms, dtype=dtype),
+        kv_b_proj=torch.cat(kv_rows).to(dtype),
+    )
+
+
+def _mean_square(w: Tensor, cov: Tensor) -> float:
+    """E over tokens and output dims of (x·wᵀ)²: tr(w C wᵀ) / rows."""
+    return float(torch.trace(w @ cov @ w.T)) / max(w.shape[0], 1)
+
+
+def deepseek_config(config: Any, spec: RestoreSpec) -> DeepseekV3Config:
+    """A dense DeepSeek-V3 config with the source model's sizes and the restored attention."""
+    n_heads, _, d = _shape(config)
+    rope = dict(config.rope_parameters)
+    return DeepseekV3Config(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        moe_intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_hidden_layers,
+        first_k_dense_replace=config.num_hidden_layers,  # every layer keeps its dense MLP
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_heads,  # keys are already per head: no repeat_kv
+        q_lora_rank=None,
+        kv_lora_rank=spec.kv_lora_rank,
+        qk_rope_head_dim=rope_dim(d, spec.freqfold),
+        qk_nope_head_dim=d,
+        v_head_dim=d,
+        hidden_act=config.hidden_act,
+        max_position_embeddings=config.max_position_embeddings,
+        rms_norm_eps=config.rms_norm_eps,
+        rope_parameters=rope,
+        rope_interleave=False,  # rotate_half layout, as Llama
+        tie_word_embeddings=config.tie_word_embeddings,
+        attention_bias=False,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        architectures=["DeepseekV3ForCausalLM"],
+    )
+
+
+def restore_model(
+    model: PreTrainedModel, covs: list[Tensor], spec: RestoreSpec
+) -> DeepseekV3ForCausalLM:
+    """The DeepSeek-V3 model restored from a Llama `model` with per-layer K/V covariances."""
+    shape = _shape(model.config)
+    layers = model.model.layers
+    if len(covs) != len(layers):
+        raise ValueError(f"{len(covs)} covariances for {len(layers)} layers")
+    out = DeepseekV3ForCausalLM(deepseek_config(model.config, spec)).to(model.dtype)
+    state = {k: v for k, v in model.state_dict().items() if not _is_attention_qkv(k)}
+    for i, (layer, cov) in enumerate(zip(layers, covs, strict=True)):
+        w = restore_layer(layer.self_attn, cov, spec, shape)
+        prefix = f"model.layers.{i}.self_attn."
+        state[prefix + "q_proj.weight"] = w.q_proj
+        state[prefix + "kv_a_proj_with_mqa.weight"] = w.kv_a_proj_with_mqa
+        state[prefix + "kv_a_layernorm.weight"] = w.kv_a_layernorm
+        state[prefix + "kv_b_proj.weight"] = w.kv_b_proj
+    missing, unexpected = out.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")]
+    if missing or unexpected:
+        raise RuntimeError(f"restoration left missing {missing} / unexpected {unexpected} weights")
+    if model.config.tie_word_embeddings:
+        out.tie_weights()
+    return out.eval()
+
+
+def _is_attention_qkv(name: str) -> bool:
+    return any(name.endswith(f"self_attn.{p}_proj.weight") for p in "qkv")
+
+
+def kv_cache_per_token(config: DeepseekV3Config) -> dict[str, int]:
+    """Numbers cached per token and layer (latent + RoPE key) and summed over layers."""
+    per_layer = config.kv_lora_rank + config.qk_rope_head_dim
+    return {"per_layer": per_layer, "total": per_layer * config.num_hidden_layers}

@@ -1,0 +1,190 @@
+"""Full MLA restoration (kvspec.care.restore): exactness where the layout allows it, the
+RoRoPE rotation's algebra, the cache budget, and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from kvspec.care.restore import (
+    RestoreSpec,
+    kv_cache_per_token,
+    latent_rank,
+    restore_model,
+    rorope_rotation,
+)
+
+HIDDEN, HEAD = 64, 16
+
+
+def _llama(kv_heads: int, seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=HIDDEN,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        head_dim=HEAD,
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def _covs(n_layers: int, seed: int = 1) -> list[torch.Tensor]:
+    """Non-isotropic input covariances (a random mixing of scaled channels)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_layers):
+        mix = torch.randn(HIDDEN, HIDDEN, generator=gen, dtype=torch.float64)
+        x = torch.randn(2000, HIDDEN, generator=gen, dtype=torch.float64) @ mix
+        x *= torch.logspace(0, -2, HIDDEN, dtype=torch.float64)
+        out.append(x.T @ x / len(x))
+    return out
+
+
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def _without_latent_norm(model):
+    for layer in model.model.layers:
+        layer.self_attn.kv_a_layernorm = torch.nn.Identity()
+    return model
+
+
+@pytest.mark.parametrize("method", ["transmla", "transmla-care"])
+def test_full_rank_restoration_reproduces_the_llama_logits(method: str) -> None:
+    """With one KV head and freqfold 1 every key component keeps its RoPE, and a full-rank
+    latent holds V exactly: DeepSeek-V3 attention then equals the original up to the latent
+    RMSNorm, which has no linear equivalent and is bypassed here."""
+    llama = _llama(kv_heads=1)
+    restored = restore_model(llama, _covs(2), RestoreSpec(method, kv_lora_rank=HEAD))
+    ids = torch.randint(0, 64, (2, 24))
+    diff = (_logits(_without_latent_norm(restored), ids) - _logits(llama, ids)).abs().max()
+    assert diff < 1e-4
+
+
+def test_saved_restoration_loads_as_deepseek_v3(tmp_path) -> None:
+    llama = _llama(kv_heads=2)
+    restored = restore_model(llama, _covs(2), RestoreSpec("transmla-care", kv_lora_rank=40))
+    restored.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert type(loaded).__name__ == "DeepseekV3ForCausalLM"
+    ids = torch.randint(0, 64, (2, 24))
+    assert torch.equal(_logits(loaded, ids), _logits(restored, ids))
+
+
+def test_restored_model_is_close_and_degrades_with_rank() -> None:
+    """Two KV heads: dropping RoPE on the non-leading components makes the restoration
+    approximate (latent norm bypassed); cutting the latent makes it worse."""
+    llama = _llama(kv_heads=2)
+    ids = torch.randint(0, 64, (2, 24))
+    ref = _logits(llama, ids)
+    errs = {}
+    for r in (48, 8):
+        restored = restore_model(llama, _covs(2), RestoreSpec("transmla", r))
+        errs[r] = (_logits(_without_latent_norm(restored), ids) - ref).abs().mean().item()
+    assert errs[48] < errs[8]
+    assert errs[48] < 0.1 * ref.abs().mean().item()
+
+
+@pytest.mark.parametrize("freqfold", [1, 2, 4])
+def test_rorope_rotation_is_orthogonal_and_commutes_with_rope(freqfold: int) -> None:
+    g, d = 2, HEAD
+    wk = torch.randn(g * d, HIDDEN, dtype=torch.float64)
+    rot, d_rope = rorope_rotation(wk @ _covs(1)[0] @ wk.T, g, d, freqfold)
+    assert d_rope == d // freqfold
+    assert torch.allclose(rot @ rot.T, torch.eye(g * d, dtype=torch.float64), atol=1e-10)
+    if freqfold == 1:  # same angle for every component of a group: R·RoPE = RoPE·R exactly
+        k = torch.randn(g * d, dtype=torch.float64)
+        assert torch.allclose(rot @ _rope_all(k, g, d, 7), _rope_rows(rot @ k, rot, g, d, 7))
+
+
+def _angles(d: int, pos: int) -> torch.Tensor:
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    return pos * inv  # (d/2,)
+
+
+def _rope_all(k: torch.Tensor, g: int, d: int, pos: int) -> torch.Tensor:
+    """Llama RoPE on each of the g heads of k̃."""
+    out = k.clone().view(g, d)
+    a = _angles(d, pos)
+    re, im = out[:, : d // 2].clone(), out[:, d // 2 :].clone()
+    out[:, : d // 2] = re * a.cos() - im * a.sin()
+    out[:, d // 2 :] = re * a.sin() + im * a.cos()
+    return out.reshape(-1)
+
+
+def _rope_rows(v: torch.Tensor, rot: torch.Tensor, g: int, d: int, pos: int) -> torch.Tensor:
+    """RoPE on rotated components: each row's frequency is that of the entries it mixes."""
+    freq = torch.zeros(g * d, dtype=torch.long)
+    idx = torch.arange(g * d) % d
+    for n, row in enumerate(rot):
+        freq[n] = idx[row.abs().argmax()] % (d // 2)
+    is_re = torch.tensor([bool(idx[row.abs().argmax()] < d // 2) for row in rot])
+    a = _angles(d, pos)[freq]
+    out = v.clone()
+    for n in range(g * d):
+        if not is_re[n]:
+            continue
+        partner = next(
+            m for m in range(g * d) if not is_re[m] and torch.allclose(rot[m].roll(-d // 2), rot[n])
+        )
+        out[n] = v[n] * a[n].cos() - v[partner] * a[n].sin()
+        out[partner] = v[n] * a[n].sin() + v[partner] * a[n].cos()
+    return out
+
+
+def test_cache_per_token_matches_the_rank_budget() -> None:
+    llama = _llama(kv_heads=2)
+    for rank, freqfold in ((16, 4), (16, 2), (8, 4)):
+        lat = latent_rank(llama.config, rank, freqfold)
+        restored = restore_model(llama, _covs(2), RestoreSpec("transmla", lat, freqfold))
+        assert kv_cache_per_token(restored.config)["per_layer"] == 2 * rank
+
+
+def test_latent_norm_starts_as_identity_on_an_average_token() -> None:
+    """kv_a_layernorm's weight is the latent's calibration RMS."""
+    llama, covs = _llama(kv_heads=2), _covs(2)
+    restored = restore_model(llama, covs, RestoreSpec("transmla-care", 24))
+    attn = restored.model.layers[0].self_attn
+    chol = torch.linalg.cholesky(covs[0])
+    x = (torch.randn(4000, HIDDEN, dtype=torch.float64) @ chol.T).float()
+    latent = attn.kv_a_proj_with_mqa(x)[:, :24]
+    rms = latent.pow(2).mean().sqrt()
+    assert attn.kv_a_layernorm.weight.detach() == pytest.approx(
+        torch.full((24,), rms.item()), rel=0.05
+    )
+
+
+def test_refuses_what_deepseek_v3_cannot_hold() -> None:
+    qwen = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=64,
+            hidden_size=HIDDEN,
+            intermediate_size=96,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=HEAD,
+        )
+    )
+    with pytest.raises(ValueError, match="QK|q/k RMSNorm"):
+        restore_model(qwen, _covs(1), RestoreSpec("transmla", 8))
+    llama = _llama(kv_heads=2)
+    with pytest.raises(ValueError, match="covariances for 2 layers"):
+        restore_model(llama, _covs(1), RestoreSpec("transmla", 8))
+    with pytest.raises(ValueError, match="freqfold"):
+        latent_rank(llama.config, 16, 3)
+    with pytest.raises(ValueError, match="restore method"):
+        RestoreSpec("svd", 8)
