@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ def heal_stage(
 def _heal_and_write(
     student_dir, teacher_dir, data, kind, data_opts, spec: HealSpec, outputs, state_path
 ) -> None:
+    from accelerate import PartialState
+
     student, tok = load_model(student_dir)
     teacher, _ = load_model(teacher_dir)
     train_ids, val_ids = healing_tokens(data, kind, tok, data_opts, spec.seq_len, spec.seed)
@@ -125,19 +128,25 @@ def _heal_and_write(
         spec.tokens_per_step,
         spec.budgets,
     )
-    dirs = dict(zip(spec.budgets, outputs["models"], strict=True))
+    staged = _staging_dirs(spec.budgets, outputs["models"], state_path)
     started, reached = time.perf_counter(), {}
 
     def save_budget(budget: int, model) -> None:
         reached[budget] = time.perf_counter() - started
         record = provenance({"budget": budget, "spec": repr(spec)}, student=student_dir)
-        with atomic_path(dirs[budget]) as tmp:
+        with atomic_path(staged[budget]) as tmp:
             model.save_pretrained(tmp)
             tok.save_pretrained(tmp)
             write_json(tmp / "kvspec_provenance.json", record)
 
     fingerprint = config_hash([student_dir, teacher_dir, data, data_opts])
     curve = heal(student, teacher, train_ids, val_ids, spec, save_budget, state_path, fingerprint)
+    if not PartialState().is_main_process:
+        return
+    for budget, final in zip(spec.budgets, outputs["models"], strict=True):
+        if Path(staged[budget]) != Path(final):
+            with atomic_path(final) as tmp:
+                shutil.copytree(staged[budget], tmp)
     write_text(outputs["curve"], pd.DataFrame(curve).to_csv(index=False))
     stats = {
         "parameters": sum(p.numel() for p in student.parameters()),
@@ -152,3 +161,15 @@ def _heal_and_write(
     write_json(outputs["stats"], stats)
     if state_path:
         Path(state_path).unlink(missing_ok=True)
+        for path in staged.values():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _staging_dirs(budgets: list[int], finals: list[str], state_path: str | None) -> dict:
+    """Where each budget's checkpoint is written during the run: beside the resumable state
+    (a rerun after a crash starts by deleting the job's outputs, but must keep checkpoints
+    of budgets already passed), or straight to the output without a state file."""
+    if not state_path:
+        return dict(zip(budgets, finals, strict=True))
+    state = Path(state_path)
+    return {b: state.parent / f"{state.stem}.tokens-{b}" for b in budgets}

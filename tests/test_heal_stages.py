@@ -1,0 +1,101 @@
+"""Table 3.3 stages on tiny saved models: restoration to a loadable DeepSeek-V3 model, and a
+healing job killed after its first budget that a rerun completes with the same results."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import kvspec.care.heal as heal_mod
+from kvspec.care.covariance import collect_covariances, save_stats
+from kvspec.care.heal_stages import heal_stage, restore_stage
+from kvspec.models.build import build_model
+from kvspec.models.tokenizer import train_tokenizer
+
+TEXT = "healing text about cats and dogs and the weather in the park today and tomorrow"
+OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "asvd_alpha": 0.5, "randomized": False}
+TRAIN = {"budgets": [64, 192], "seq_len": 16, "micro_batch": 2, "accum": 2, "lr": 3e-3,
+         "warmup_steps": 1, "eval_every": 1, "eval_windows": 4, "ckpt_every": 1}  # fmt: skip
+DATA = {"max_tokens": 5000, "val_fraction": 0.1}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("heal")
+    tok = train_tokenizer([TEXT] * 20, 300, 128)
+    arch = {"family": "llama", "hidden": 64, "intermediate": 96, "layers": 2, "heads": 4,
+            "kv_heads": 2, "max_position": 128}  # fmt: skip
+    paths = {}
+    for name, seed in (("teacher", 0), ("student", 1)):
+        paths[name] = root / name
+        build_model(arch, tok, seed=seed).save_pretrained(paths[name])
+        tok.save_pretrained(paths[name])
+    teacher = AutoModelForCausalLM.from_pretrained(paths["teacher"])
+    ids = torch.randint(0, len(tok), (4, 16), generator=torch.Generator().manual_seed(0))
+    paths["stats"] = root / "stats.safetensors"
+    save_stats(collect_covariances(teacher, [ids]), paths["stats"], {})
+    rows = [{"id": str(i), "text": f"{TEXT} {i} " * 3} for i in range(200)]
+    paths["data"] = root / "data.jsonl"
+    paths["data"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return paths
+
+
+def test_restore_stage_saves_a_deepseek_v3_model_at_the_budget(setup, tmp_path) -> None:
+    out = tmp_path / "restored"
+    restore_stage(str(setup["teacher"]), str(setup["stats"]), "transmla-care", 16, 4, OPTS,
+                  str(out))  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.model_type == "deepseek_v3"
+    assert model.config.kv_lora_rank + model.config.qk_rope_head_dim == 2 * 16
+    record = json.loads((out / "kvspec_provenance.json").read_text())
+    assert record["kv_cache"]["per_layer"] == 32
+
+
+def _outputs(root: Path) -> dict:
+    return {
+        "models": [str(root / "tokens-64"), str(root / "tokens-192")],
+        "curve": str(root / "curve.csv"),
+        "stats": str(root / "stats.json"),
+    }
+
+
+def _heal(setup, outputs, state) -> None:
+    heal_stage(str(setup["student"]), str(setup["teacher"]), str(setup["data"]), "text", DATA,
+               TRAIN, 5, outputs, state)  # fmt: skip
+
+
+def test_a_killed_healing_job_resumes_and_keeps_its_passed_budgets(
+    setup, tmp_path, monkeypatch
+) -> None:
+    ref = _outputs(tmp_path / "ref")
+    _heal(setup, ref, None)
+    state = str(tmp_path / "state" / "svd.pt")
+    out = _outputs(tmp_path / "run")
+    real_step = heal_mod._optimizer_step
+
+    def dies_at_step_2(model, teacher, opt, tokens, spec, step, acc):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return real_step(model, teacher, opt, tokens, spec, step, acc)
+
+    monkeypatch.setattr(heal_mod, "_optimizer_step", dies_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        _heal(setup, out, state)
+    assert Path(state).exists() and not Path(out["models"][0]).exists()
+    shutil.rmtree(tmp_path / "run", ignore_errors=True)  # Snakemake drops incomplete outputs
+    monkeypatch.setattr(heal_mod, "_optimizer_step", real_step)
+    _heal(setup, out, state)
+    cols = ["step", "tokens", "train_ce", "train_kd", "val_ppl"]
+    got, want = pd.read_csv(out["curve"])[cols], pd.read_csv(ref["curve"])[cols]
+    pd.testing.assert_frame_equal(got, want, rtol=1e-6)
+    for mine, theirs in zip(out["models"], ref["models"], strict=True):
+        a = AutoModelForCausalLM.from_pretrained(mine).state_dict()
+        b = AutoModelForCausalLM.from_pretrained(theirs).state_dict()
+        assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert not Path(state).exists() and not list(Path(state).parent.iterdir())
