@@ -113,6 +113,8 @@ def test_checkpoints_at_each_budget_and_curve_starts_before_healing(tmp_path) ->
     assert [r["step"] for r in curve] == [0, 1, 2, 3]
     assert [r["tokens"] for r in curve] == [0, 64, 128, 192]
     assert curve[-1]["val_ppl"] < curve[0]["val_ppl"]  # healing helps on held-out text
+    teacher = {r["teacher_val_ppl"] for r in curve}  # the reference line of the figure
+    assert len(teacher) == 1 and teacher.pop() > 1.0
 
 
 def test_resume_after_a_crash_continues_the_same_curve(tmp_path) -> None:

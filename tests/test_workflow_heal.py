@@ -44,7 +44,7 @@ def test_curves_start_before_healing_and_end_at_the_last_budget(ci_run: Path) ->
     curves = pd.read_csv(ci_run / "results/report/heal_convergence.csv")
     for _, curve in curves.groupby("method"):
         assert curve["tokens"].iloc[0] == 0 and curve["tokens"].iloc[-1] == BUDGETS[-1]
-        assert curve["val_ppl"].notna().all()
+        assert curve["val_ppl"].notna().all() and curve["teacher_val_ppl"].nunique() == 1
     assert set(curves["method"]) == {"SVD", "TransMLA", "CARE(E) Init"}
 
 

@@ -226,7 +226,12 @@ def heal(
     val = val_windows(val_tokens, spec)
     if not state.curve:
         state.curve.append(_row(0, spec, float("nan"), float("nan"), model, val, 0.0))
-        log.info("step 0 (before healing): val ppl %.3f", state.curve[0]["val_ppl"])
+        state.curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
+        log.info(
+            "step 0 (before healing): val ppl %.3f (teacher %.3f)",
+            state.curve[0]["val_ppl"],
+            state.curve[0]["teacher_val_ppl"],
+        )
     budget_at = {spec.steps_for(b): b for b in spec.budgets}
     end = spec.total_steps if stop_after is None else min(spec.total_steps, stop_after)
     t0 = time.perf_counter() - state.curve[-1]["seconds"]
@@ -243,6 +248,7 @@ def heal(
         state.step = step + 1
         if state.step % spec.eval_every == 0 or state.step in budget_at:
             row = _row(state.step, spec, ce, kd, model, val, time.perf_counter() - t0)
+            row["teacher_val_ppl"] = state.curve[0]["teacher_val_ppl"]
             state.curve.append(row)
             bar.set_postfix(ce=f"{ce:.3f}", kd=f"{kd:.4f}", val_ppl=f"{row['val_ppl']:.2f}")
             log.info(

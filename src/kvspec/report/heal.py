@@ -121,6 +121,9 @@ def convergence(spec: dict[str, Any], outputs: dict[str, str]) -> pd.DataFrame:
     fig, ax = plt.subplots(figsize=(6, 4))
     for label, curve in df.groupby("method", sort=False):
         ax.plot(curve["tokens"], curve["val_ppl"], marker="o", ms=3, label=label)
+    teacher = df.get("teacher_val_ppl", pd.Series(dtype=float)).dropna()
+    if len(teacher):
+        ax.axhline(teacher.iloc[0], color="black", ls="--", lw=1, label="GQA (original, teacher)")
     ax.set_yscale("log")
     ax.set_xlabel("healing tokens")
     ax.set_ylabel("validation perplexity (held-out)")
