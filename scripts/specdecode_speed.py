@@ -1,18 +1,18 @@
 """Rule specdecode_speed: every decoding method on one benchmark set, side by side."""
 
 from kvspec.data.records import read_jsonl
-from kvspec.io import provenance, read_json, write_json, write_text
+from kvspec.io import provenance, write_json, write_text
 from kvspec.logs import log_to
 from kvspec.spec.bench import (
     Setup,
     bench_prompts,
     benchmark_methods,
     mark_divergence,
+    open_engines,
     run_benchmark,
     summarize,
 )  # fmt: skip
 from kvspec.spec.generate import load_model, stop_ids
-from kvspec.spec.ngram_index import open_engine
 
 with log_to(snakemake.log[0]) as log:
     p, inp = snakemake.params, snakemake.input
@@ -21,24 +21,21 @@ with log_to(snakemake.log[0]) as log:
     draft = (
         load_model(inp.draft, p.device, p.dtype, snakemake.threads)[0] if "draft" in named else None
     )
-    engines = {}
-    for name in ("sft", "target"):
-        if f"index_{name}" in named:
-            stats = read_json(inp[f"index_{name}_stats"])
-            engines[name] = open_engine(
-                inp[f"index_{name}"], stats["vocab_size"], stats["eos_token_id"], p.max_support
-            )
-    d = p.decode
-    setup = Setup(
-        target, stop_ids(target, tokenizer), p.max_new_tokens, d["k"], d["draft_k"],
-        confidence=d["confidence"], min_match=d["min_match"], seed=p.seed, draft=draft,
-        engines=engines,
-    )  # fmt: skip
+    indexes = {
+        name: (inp[f"index_{name}"], inp[f"index_{name}_stats"])
+        for name in ("sft", "target")
+        if f"index_{name}" in named
+    }
+    engines = open_engines(indexes, p.max_support)
+    setup = Setup.from_decode(target, stop_ids(target, tokenizer), p.max_new_tokens, p.decode,
+                              seed=p.seed, draft=draft, engines=engines)  # fmt: skip
     prompts = bench_prompts(read_jsonl(inp.prompts), p.bench, tokenizer)
-    records = run_benchmark(benchmark_methods(setup, p.methods, d["modes"]), prompts, p.repeats)
+    methods = benchmark_methods(setup, p.methods, p.decode["modes"])
+    records = run_benchmark(methods, prompts, p.repeats)
     mark_divergence(target, records, prompts)
     summary = summarize(records)
     log.info("\n%s", summary.to_string())
-    meta = {"model": snakemake.wildcards.model, "bench": p.bench, "decode": d, "methods": p.methods}
+    meta = {"model": snakemake.wildcards.model, "bench": p.bench, "decode": p.decode}
+    meta["methods"] = p.methods
     write_json(snakemake.output.runs, {"records": records, "provenance": provenance(meta)})
     write_text(snakemake.output.summary, summary.to_csv(index=False))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -14,11 +16,12 @@ from kvspec.spec.bench import (
     bench_prompts,
     benchmark_methods,
     mark_divergence,
+    open_engines,
     run_benchmark,
     summarize,
 )
 from kvspec.spec.decode import greedy_generate
-from kvspec.spec.ngram_index import build_index, open_engine
+from kvspec.spec.ngram_index import build_index
 
 VOCAB, EOS, NEW = 128, 127, 12
 
@@ -38,12 +41,16 @@ def setup(tmp_path_factory) -> Setup:
     target, draft = _llama(0, 64), _llama(1, 32)
     rng = np.random.default_rng(0)
     docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
-    engines = {}
+    indexes = {}
     for name in ("sft", "target"):
         path = tmp_path_factory.mktemp(name) / "idx"
         build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
-        engines[name] = open_engine(path, VOCAB, EOS)
-    return Setup(target, [EOS], NEW, k=4, draft_k=3, min_match=1, draft=draft, engines=engines)
+        stats = path.parent / "idx.json"
+        stats.write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
+        indexes[name] = (str(path), str(stats))
+    engines = open_engines(indexes, max_support=1000)
+    decode = {"k": 4, "draft_k": 3, "confidence": 0.0, "min_match": 1}
+    return Setup.from_decode(target, [EOS], NEW, decode, draft=draft, engines=engines)
 
 
 @pytest.fixture(scope="module")

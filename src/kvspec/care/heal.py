@@ -18,7 +18,7 @@ import logging
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from kvspec.io import atomic_path, config_hash
+from kvspec.io import config_hash
+from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +91,9 @@ class HealSpec:
 
 
 def lr_at(step: int, spec: HealSpec) -> float:
-    """Linear warmup to `lr`, then cosine to `min_lr_ratio·lr` at the largest budget."""
-    if step < spec.warmup_steps:
-        return spec.lr * (step + 1) / spec.warmup_steps
-    span = max(1, spec.total_steps - 1 - spec.warmup_steps)  # the last step is at the floor
-    progress = min(1.0, (step - spec.warmup_steps) / span)
-    floor = spec.min_lr_ratio * spec.lr
-    return floor + 0.5 * (spec.lr - floor) * (1 + math.cos(math.pi * progress))
+    """Linear warmup to `lr`, then cosine to `min_lr_ratio·lr` at the last step."""
+    decay = spec.total_steps - 1 - spec.warmup_steps
+    return warmup_cosine(step, spec.lr, spec.warmup_steps, decay, spec.min_lr_ratio)
 
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float) -> torch.Tensor:
@@ -139,6 +136,11 @@ def val_windows(tokens: np.ndarray, spec: HealSpec) -> torch.Tensor:
     )
 
 
+def make_optimizer(model: torch.nn.Module, spec: HealSpec) -> torch.optim.Optimizer:
+    """AdamW (spec.betas), weight decay on matrices only."""
+    return adamw(model, spec.lr, spec.weight_decay, spec.betas)
+
+
 @torch.no_grad()
 def val_perplexity(model: torch.nn.Module, windows: torch.Tensor, micro_batch: int) -> float:
     """exp(mean next-token CE) over the validation windows."""
@@ -151,51 +153,6 @@ def val_perplexity(model: torch.nn.Module, windows: torch.Tensor, micro_batch: i
     ]
     model.train(was_training)
     return float(math.exp(np.mean(losses)))
-
-
-def make_optimizer(model: torch.nn.Module, spec: HealSpec) -> torch.optim.Optimizer:
-    """AdamW, weight decay on matrices only."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": spec.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=spec.lr, betas=spec.betas)
-
-
-@dataclass
-class HealState:
-    """What a resumed run needs: step, curve and the optimizer/model states."""
-
-    step: int = 0
-    curve: list[dict[str, float]] = field(default_factory=list)
-
-
-def _load_state(path: Path | None, model, opt, tag: str) -> HealState:
-    if path is None or not path.exists():
-        return HealState()
-    saved = torch.load(path, weights_only=False, map_location="cpu")
-    if saved.get("tag") != tag:
-        log.info("ignoring state %s: it belongs to another run configuration", path)
-        return HealState()
-    model.load_state_dict(saved["model"])
-    opt.load_state_dict(saved["opt"])
-    log.info("resumed healing from %s at step %d", path, saved["step"])
-    return HealState(step=saved["step"], curve=saved["curve"])
-
-
-def _save_state(path: Path, model, opt, state: HealState, tag: str) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "opt": opt.state_dict(),
-                "step": state.step,
-                "curve": state.curve,
-                "tag": tag,
-            },
-            tmp,
-        )
 
 
 def heal(
@@ -220,51 +177,35 @@ def heal(
     teacher = teacher.to(acc.device).eval()
     opt = make_optimizer(student, spec)
     tag = config_hash([asdict(spec), fingerprint])
-    state = _load_state(Path(state_path) if state_path else None, student, opt, tag)
+    start, curve = load_state(Path(state_path) if state_path else None, student, opt, tag)
     model, opt = acc.prepare(student, opt)
     model.train()
     val = val_windows(val_tokens, spec)
-    if not state.curve:
-        state.curve.append(_row(0, spec, float("nan"), float("nan"), model, val, 0.0))
-        state.curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
-        log.info(
-            "step 0 (before healing): val ppl %.3f (teacher %.3f)",
-            state.curve[0]["val_ppl"],
-            state.curve[0]["teacher_val_ppl"],
-        )
+    if not curve:
+        curve.append(_row(0, spec, float("nan"), float("nan"), model, val, 0.0))
+        curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
+        log.info("step 0 (before healing): val ppl %.3f, teacher %.3f",
+                 curve[0]["val_ppl"], curve[0]["teacher_val_ppl"])  # fmt: skip
     budget_at = {spec.steps_for(b): b for b in spec.budgets}
     end = spec.total_steps if stop_after is None else min(spec.total_steps, stop_after)
-    t0 = time.perf_counter() - state.curve[-1]["seconds"]
-    bar = tqdm(
-        range(state.step, end),
-        desc="heal",
-        mininterval=10,
-        initial=state.step,
-        total=spec.total_steps,
-        disable=not acc.is_main_process,
-    )
+    t0 = time.perf_counter() - curve[-1]["seconds"]
+    bar = tqdm(range(start, end), desc="heal", mininterval=10, initial=start,
+               total=spec.total_steps, disable=not acc.is_main_process)  # fmt: skip
     for step in bar:
         ce, kd = _optimizer_step(model, teacher, opt, train_tokens, spec, step, acc)
-        state.step = step + 1
-        if state.step % spec.eval_every == 0 or state.step in budget_at:
-            row = _row(state.step, spec, ce, kd, model, val, time.perf_counter() - t0)
-            row["teacher_val_ppl"] = state.curve[0]["teacher_val_ppl"]
-            state.curve.append(row)
+        done = step + 1
+        if done % spec.eval_every == 0 or done in budget_at:
+            row = _row(done, spec, ce, kd, model, val, time.perf_counter() - t0)
+            curve.append({**row, "teacher_val_ppl": curve[0]["teacher_val_ppl"]})
             bar.set_postfix(ce=f"{ce:.3f}", kd=f"{kd:.4f}", val_ppl=f"{row['val_ppl']:.2f}")
-            log.info(
-                "step %d tokens %d ce %.4f kd %.5f val ppl %.3f",
-                state.step,
-                row["tokens"],
-                ce,
-                kd,
-                row["val_ppl"],
-            )
-        if state.step in budget_at and acc.is_main_process:
-            save_budget(budget_at[state.step], acc.unwrap_model(model))
-        if state_path and state.step % spec.ckpt_every == 0 and acc.is_main_process:
-            _save_state(Path(state_path), acc.unwrap_model(model), opt, state, tag)
+            log.info("step %d tokens %d ce %.4f kd %.5f val ppl %.3f",
+                     done, row["tokens"], ce, kd, row["val_ppl"])  # fmt: skip
+        if acc.is_main_process and done in budget_at:
+            save_budget(budget_at[done], acc.unwrap_model(model))
+        if acc.is_main_process and state_path and done % spec.ckpt_every == 0:
+            save_state(Path(state_path), acc.unwrap_model(model), opt, done, curve, tag)
         acc.wait_for_everyone()
-    return state.curve
+    return curve
 
 
 def _optimizer_step(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from kvspec.io import atomic_path, config_hash
+from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,8 @@ class TrainSpec:
 
 def lr_at(step: int, spec: TrainSpec) -> float:
     """Linear warmup to `lr`, then cosine decay to `min_lr_ratio * lr`."""
-    if step < spec.warmup_steps:
-        return spec.lr * (step + 1) / spec.warmup_steps
-    progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
-    floor = spec.min_lr_ratio * spec.lr
-    return floor + 0.5 * (spec.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
+    decay = spec.steps - spec.warmup_steps
+    return warmup_cosine(step, spec.lr, spec.warmup_steps, decay, spec.min_lr_ratio)
 
 
 def sample_batch(tokens: np.ndarray, spec: TrainSpec, step: int) -> torch.Tensor:
@@ -73,44 +70,6 @@ def eval_loss(model: torch.nn.Module, tokens: np.ndarray, spec: TrainSpec) -> fl
     return float(np.mean(losses))
 
 
-def make_optimizer(model: torch.nn.Module, spec: TrainSpec) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only (not norms or biases)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": spec.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=spec.lr, betas=(0.9, 0.95))
-
-
-def _save_checkpoint(path: Path, model, opt, step: int, curve: list[dict], tag: str) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(
-            {
-                "model": model.state_dict(),
-                "opt": opt.state_dict(),
-                "step": step,
-                "curve": curve,
-                "tag": tag,
-            },
-            tmp,
-        )
-
-
-def _load_checkpoint(path: Path | None, model, opt, tag: str) -> tuple[int, list[dict]]:
-    if path is None or not path.exists():
-        return 0, []
-    state = torch.load(path, weights_only=False)
-    if state.get("tag") != tag:
-        log.info("ignoring checkpoint %s: it belongs to another configuration", path)
-        return 0, []
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    log.info("resumed from %s at step %d", path, state["step"])
-    return state["step"], state["curve"]
-
-
 def train(
     model: torch.nn.Module,
     train_tokens: np.ndarray,
@@ -124,9 +83,9 @@ def train(
     the architecture) and rewrites it every `ckpt_every` steps."""
     torch.manual_seed(spec.seed)
     ckpt = Path(checkpoint) if checkpoint else None
-    opt = make_optimizer(model, spec)
+    opt = adamw(model, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
     tag = config_hash([asdict(spec), fingerprint])
-    start, curve = _load_checkpoint(ckpt, model, opt, tag)
+    start, curve = load_state(ckpt, model, opt, tag)
     model.train()
     t0, tokens_per_step = time.perf_counter(), spec.batch_size * spec.seq_len
     bar = tqdm(
@@ -161,7 +120,7 @@ def train(
                 row["val_loss"],
             )
         if ckpt and done % spec.ckpt_every == 0 and done < spec.steps:
-            _save_checkpoint(ckpt, model, opt, done, curve, tag)
+            save_state(ckpt, model, opt, done, curve, tag)
     return curve
 
 

@@ -20,8 +20,10 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from kvspec.io import read_json
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
+from kvspec.spec.ngram_index import open_engine
 
 METHODS = (
     "greedy",  # our loop, one token per forward (the baseline)
@@ -65,6 +67,26 @@ class Setup:
     seed: int = 0
     draft: torch.nn.Module | None = None
     engines: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_decode(
+        cls, target, stops: list[int], max_new_tokens: int, decode: Mapping[str, Any], **kw
+    ) -> Setup:
+        """A Setup from the config's `spec.decode` block (k, draft_k, confidence, min_match)."""
+        keys = ("confidence", "min_match")
+        return cls(target, stops, max_new_tokens, decode["k"], decode["draft_k"],
+                   **{k: decode[k] for k in keys}, **kw)  # fmt: skip
+
+
+def open_engines(indexes: Mapping[str, tuple[str, str]], max_support: int) -> dict[str, Any]:
+    """name -> opened infini-gram engine, from (index directory, its build-stats JSON)."""
+    engines = {}
+    for name, (index_dir, stats_path) in indexes.items():
+        stats = read_json(stats_path)
+        engines[name] = open_engine(
+            index_dir, stats["vocab_size"], stats["eos_token_id"], max_support
+        )
+    return engines
 
 
 Method = Callable[[list[int]], Run]
