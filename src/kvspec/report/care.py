@@ -224,6 +224,11 @@ def figure_3_3(spec: dict, outputs: dict[str, str]) -> pd.DataFrame:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("allocated rank (CARE-E)")
     axes[1].legend(fontsize=8)
+    return _save_with_integer_x(fig, axes, df, outputs)
+
+
+def _save_with_integer_x(fig, axes, df: pd.DataFrame, outputs: dict[str, str]) -> pd.DataFrame:
+    """Integer ticks on every x axis, then PNG + PDF of the figure and CSV of its data."""
     for ax in axes:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
@@ -341,12 +346,7 @@ def figure_3_1(spec: dict, paper_csv: list[str], outputs: dict[str, str]) -> pd.
     ax.set_xlabel(f"group (1 = largest of {spec['groups']})")
     ax.set_ylabel(f"Δ {TASK_NAMES.get(col, col)}")
     ax.grid(alpha=0.3)
-    for ax in axes:
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    save_figure(fig, outputs["png"], outputs["pdf"])
-    _write_csv(df, outputs["csv"])
-    return df
+    return _save_with_integer_x(fig, axes, df, outputs)
 
 
 def render(item: str, spec: dict, paper: list[str], outputs: dict[str, str]) -> None:
