@@ -1,5 +1,5 @@
 # kvspec: reproduce CARE (GQA -> MLA) and infini-gram speculative decoding.
-# Thin on purpose: configuration and validation, the stage files, and the targets.
+# Thin on purpose: configuration, the stage files in DAG order, and the targets.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -19,19 +19,17 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/pretrain.smk"
-include: "workflow/rules/report.smk"
 include: "workflow/rules/covariance.smk"
 include: "workflow/rules/convert.smk"
-include: "workflow/rules/evaluate.smk"
-include: "workflow/rules/report_care.smk"
 include: "workflow/rules/heal.smk"
+include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/ngram.smk"
 include: "workflow/rules/specdecode.smk"
-include: "workflow/rules/report_spec.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        PLAN.targets(),

@@ -1,8 +1,7 @@
 """Rule generate_gather: concatenate the response shards of one model in order."""
 
 from kvspec.logs import log_to
-from kvspec.spec.generate import gather_shards
+from kvspec.spec.stages import gather_stage
 
-with log_to(snakemake.log[0]) as log:
-    n = gather_shards(list(snakemake.input), snakemake.output[0])
-    log.info("%d responses gathered from %d shards", n, len(snakemake.input))
+with log_to(snakemake.log[0]):
+    gather_stage(list(snakemake.input), snakemake.output[0])

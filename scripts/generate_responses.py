@@ -1,15 +1,22 @@
-"""Rule generate_responses: one shard of the target model's greedy responses."""
+"""Rule generate_responses: one shard of a model's greedy responses."""
 
-from kvspec.data.records import read_jsonl
 from kvspec.logs import log_to
-from kvspec.spec.generate import generate_shard, generation_prompts, load_model, shard_slice
+from kvspec.spec.stages import responses_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params
-    prompts = generation_prompts(read_jsonl(snakemake.input.prompts), p.fraction, p.heldout)
-    mine = [prompts[i] for i in shard_slice(len(prompts), p.shards, int(snakemake.wildcards.shard))]
-    model, tokenizer = load_model(snakemake.input.model, p.device, p.dtype, snakemake.threads)
-    generate_shard(
-        model, tokenizer, mine, snakemake.output[0],
-        p.max_new_tokens, p.batch_size, checkpoint=p.checkpoint,
-    )  # fmt: skip
+    responses_stage(
+        snakemake.input.prompts,
+        snakemake.input.model,
+        snakemake.output[0],
+        shard=int(snakemake.wildcards.shard),
+        shards=p.shards,
+        fraction=p.fraction,
+        heldout=p.heldout,
+        max_new_tokens=p.max_new_tokens,
+        batch_size=p.batch_size,
+        device=p.device,
+        dtype=p.dtype,
+        threads=snakemake.threads,
+        checkpoint=p.checkpoint,
+    )

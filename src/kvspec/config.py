@@ -8,17 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 
 class ConfigError(ValueError):
     """A config value is wrong; the message names the key."""
-
-
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file."""
-    with open(path) as fh:
-        return yaml.safe_load(fh)
 
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -116,6 +109,10 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
         if not spec.get("pretrain") and not spec.get("hub"):
             raise ConfigError(f"config key 'models.{model}': give either 'hub' or 'pretrain'")
     check_care(config)
+    if config.get("spec"):
+        from kvspec.spec.settings import check_spec  # spec.settings imports ConfigError from here
+
+        check_spec(config)
 
 
 def kv_width(config: Mapping[str, Any], model: str) -> int | None:
@@ -167,8 +164,8 @@ def _check_care_data(config: Mapping[str, Any], care: Mapping[str, Any]) -> None
 
 
 def _check_care_models(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
-    models = [("care.table_3_1_model", care["table_3_1_model"])]
-    models += [("care.table_3_2_model", care["table_3_2_model"])] if care["table_3_2_model"] else []
+    models = [("care.model", care["model"])]
+    models += [("care.alt_model", care["alt_model"])] if care["alt_model"] else []
     models += [("care.figure_3_1.model", care["figure_3_1"]["model"])]
     for key, model in models:
         if model not in config["models"]:

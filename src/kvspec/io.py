@@ -1,16 +1,18 @@
-"""Crash-safe file output and provenance records shared by every stage."""
+"""Crash-safe file output shared by every stage (provenance records: kvspec.provenance)."""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import io
 import json
 import os
-import platform
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @contextlib.contextmanager
@@ -55,26 +57,15 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     return json.loads(Path(path).read_text())
 
 
-def config_hash(obj: Any) -> str:
-    """Short stable hash of a JSON-serialisable config fragment."""
-    blob = json.dumps(obj, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:12]
+def write_rows(path: str | os.PathLike[str], rows: pd.DataFrame, prov: dict[str, Any]) -> None:
+    """A table as CSV under a `# provenance: {...}` comment line, atomically."""
+    write_text(path, f"# provenance: {json.dumps(prov, default=str)}\n" + rows.to_csv(index=False))
 
 
-def provenance(config: Any = None, **extra: Any) -> dict[str, Any]:
-    """What produced a result: config hash, library versions, CPU/GPU and thread count."""
-    import torch
-    import transformers
+def read_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """A table written by `write_rows` (its provenance line skipped)."""
+    import pandas as pd
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    record: dict[str, Any] = {
-        "config_hash": config_hash(config) if config is not None else None,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "cpu": platform.processor() or platform.machine(),
-        "gpu": gpu,
-        "threads": torch.get_num_threads(),
-    }
-    record.update(extra)
-    return record
+    text = Path(path).read_text()
+    body = text.split("\n", 1)[1] if text.startswith("#") else text
+    return pd.read_csv(io.StringIO(body))

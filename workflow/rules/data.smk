@@ -1,4 +1,5 @@
-# Stage data: every dataset declared in config -> one normalized JSONL file.
+# Stage data: every dataset declared in config -> one normalized JSONL file (+ where it came
+# from). The data-sources table is a report item (report.smk).
 
 
 rule data_normalize:
@@ -10,28 +11,7 @@ rule data_normalize:
     conda:
         env_path("training")
     params:
-        spec=dataset_spec,
+        decl=PLAN.base.dataset_decl,
         mirror=config["data"]["mirror"],
     script:
         script_path("data_normalize.py")
-
-
-rule data_sources:
-    input:
-        expand("results/data/{dataset}.meta.json", dataset=DATASETS),
-    output:
-        csv=report(
-            "results/report/data_sources.csv",
-            caption="../report/data_sources.rst",
-            category="Data",
-            labels={"item": "data sources", "format": "csv"},
-        ),
-        md="results/report/data_sources.md",
-    log:
-        "logs/data/sources.log",
-    conda:
-        env_path("report")
-    params:
-        notes=dataset_notes(),
-    script:
-        script_path("data_sources.py")

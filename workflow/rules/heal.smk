@@ -1,15 +1,15 @@
 # Stage heal (CARE, thesis 3.3.6 and Table 3.3): full MLA restoration (TransMLA layout, with
 # weight-space or CARE's covariance-weighted latent), then CE + KD healing of every student
-# with checkpoints at each token budget, then lm-eval on every checkpoint.
+# with a checkpoint at each token budget (evaluated in evaluate.smk).
 # {method} is svd (the plain SVD MLA model), transmla or transmla-care.
 
 
-if HEAL:
+if PLAN.heal:
 
     rule heal_restore:
         input:
             model="results/models/{model}",
-            stats=heal_restore_stats,
+            stats=PLAN.heal.restore_stats,
         output:
             directory("results/heal/{model}/init/{method}"),
         log:
@@ -25,22 +25,19 @@ if HEAL:
             mem_mb=40000,
             runtime=60,
         params:
-            rank=heal_rank(),
-            freqfold=HEAL["freqfold"],
-            opts=CARE["factorize"],
+            rank=PLAN.heal.rank(),
+            freqfold=config["care"]["heal"]["freqfold"],
+            opts=config["care"]["factorize"],
         script:
             script_path("heal_restore.py")
 
     rule heal_train:
         input:
-            student=heal_student,
+            student=PLAN.heal.student,
             teacher="results/models/{model}",
-            data=heal_data(),
+            data=PLAN.heal.data(),
         output:
-            models=[
-                directory(f"results/heal/{{model}}/{{method}}/tokens-{b}")
-                for b in HEAL["train"]["budgets"]
-            ],
+            models=[directory(path) for path in PLAN.heal.checkpoints()],
             curve="results/heal/{model}/{method}/curve.csv",
             stats="results/heal/{model}/{method}/stats.json",
         log:
@@ -55,84 +52,12 @@ if HEAL:
         resources:
             mem_mb=64000,
             runtime=4320,
-            gpu=HEAL["train"]["processes"] if config["resources"]["gpus"] else 0,
+            gpu=PLAN.heal.gpus(),
         params:
-            kind=heal_kind(),
-            data_opts=HEAL["data"],
-            train=HEAL["train"],
+            kind=PLAN.heal.kind(),
+            data_opts=config["care"]["heal"]["data"],
+            train=config["care"]["heal"]["train"],
             seed=config["seed"],
             state="resources/checkpoints/heal/{model}/{method}.pt",
         script:
             script_path("heal_train.py")
-
-    rule evaluate_healed:
-        input:
-            model="results/heal/{model}/{method}/tokens-{budget}",
-            data=care_eval_data,
-        output:
-            "results/evaluate/{model}/heal-{method}/tokens-{budget}.json",
-        log:
-            "logs/evaluate/{model}/heal-{method}/tokens-{budget}.log",
-        benchmark:
-            "benchmarks/evaluate/{model}/heal-{method}/tokens-{budget}.tsv"
-        wildcard_constraints:
-            method="svd|transmla|transmla-care",
-            budget=r"\d+",
-        conda:
-            env_path("evaluation")
-        threads: 1
-        resources:
-            mem_mb=40000,
-            runtime=240,
-            gpu=config["resources"]["gpus"],
-        params:
-            tasks=care_eval_tasks,
-            task_dir=repo_path("config/lm_eval_tasks"),
-            settings=care_eval_settings(),
-            variant="heal-{method}/tokens-{budget}",
-        script:
-            script_path("evaluate_lmeval.py")
-
-    rule report_heal_table_3_3:
-        input:
-            evals=heal_report_inputs(),
-            paper=care_report_paper("table_3_3"),
-        output:
-            csv=report(
-                "results/report/thesis_table_3_3.csv",
-                caption="../report/thesis_table_3_3.rst",
-                category="Thesis ch. 3 (CARE)",
-                labels={"item": "Table 3.3", "format": "csv"},
-            ),
-            md="results/report/thesis_table_3_3.md",
-        log:
-            "logs/report/thesis_table_3_3.log",
-        conda:
-            env_path("report")
-        params:
-            item="table_3_3",
-            spec=heal_report_params(),
-        script:
-            script_path("report_heal.py")
-
-    rule report_heal_convergence:
-        input:
-            curves=list(heal_report_params()["curves"].values()),
-        output:
-            png=report(
-                "results/report/heal_convergence.png",
-                caption="../report/heal_convergence.rst",
-                category="Thesis ch. 3 (CARE)",
-                labels={"item": "Healing convergence", "format": "png"},
-            ),
-            pdf="results/report/heal_convergence.pdf",
-            csv="results/report/heal_convergence.csv",
-        log:
-            "logs/report/heal_convergence.log",
-        conda:
-            env_path("report")
-        params:
-            item="convergence",
-            spec=heal_report_params(),
-        script:
-            script_path("report_heal.py")

@@ -9,14 +9,14 @@ rule models_fetch:
     benchmark:
         "benchmarks/models/{model}.tsv"
     wildcard_constraints:
-        model=one_of(HUB_MODELS),
+        model=one_of(PLAN.base.hub_models),
     conda:
         env_path("training")
     resources:
         mem_mb=64000,
         runtime=120,
     params:
-        hub=hub_model_id,
+        hub=lookup(dpath="models/{model}/hub", within=config),
         dtype=config["resources"]["dtype"],
     script:
         script_path("models_fetch.py")

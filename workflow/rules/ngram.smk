@@ -2,27 +2,29 @@
 # sweep of Table 4.1 as nested fractions) and over each target model's own responses.
 
 
-rule ngram_index:
-    input:
-        unpack(ngram_inputs),
-    output:
-        index=directory("results/ngram/{model}/{corpus}_{fraction}"),
-        stats="results/ngram/{model}/{corpus}_{fraction}.json",
-    log:
-        "logs/ngram/{model}/{corpus}_{fraction}.log",
-    benchmark:
-        "benchmarks/ngram/{model}/{corpus}_{fraction}.tsv"
-    wildcard_constraints:
-        model=one_of(SPEC_GEN_MODELS),
-        corpus="sft|responses",
-        fraction=one_of(SPEC_FRACTIONS),
-    conda:
-        env_path("evaluation")
-    threads: 2
-    resources:
-        mem_mb=16000,
-        runtime=120,
-    params:
-        fraction=ngram_fraction,
-    script:
-        script_path("ngram_index.py")
+if PLAN.spec:
+
+    rule ngram_index:
+        input:
+            unpack(PLAN.spec.index_inputs),
+        output:
+            index=directory("results/ngram/{model}/{corpus}_{fraction}"),
+            stats="results/ngram/{model}/{corpus}_{fraction}.json",
+        log:
+            "logs/ngram/{model}/{corpus}_{fraction}.log",
+        benchmark:
+            "benchmarks/ngram/{model}/{corpus}_{fraction}.tsv"
+        wildcard_constraints:
+            model=one_of(PLAN.spec.models),
+            corpus="sft|responses",
+            fraction=one_of(PLAN.spec.fractions),
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=16000,
+            runtime=120,
+        params:
+            fraction=PLAN.spec.index_fraction,
+        script:
+            script_path("ngram_index.py")

@@ -3,7 +3,7 @@
 
 rule pretrain_corpus:
     input:
-        unpack(pretrain_sources),
+        **PLAN.base.pretrain_sources(),
     output:
         "results/pretrain/corpus.jsonl",
     log:
@@ -11,7 +11,7 @@ rule pretrain_corpus:
     conda:
         env_path("training")
     params:
-        kinds=pretrain_source_kinds,
+        kinds=PLAN.base.pretrain_kinds(),
         stdlib_bytes=config["pretrain"]["python_stdlib_bytes"],
     script:
         script_path("pretrain_corpus.py")
@@ -70,7 +70,7 @@ rule pretrain_train:
     benchmark:
         "benchmarks/pretrain/{model}.tsv"
     wildcard_constraints:
-        model=one_of(PRETRAINED),
+        model=one_of(PLAN.base.pretrained),
     conda:
         env_path("training")
     threads: 2
@@ -78,7 +78,7 @@ rule pretrain_train:
         mem_mb=6000,
         runtime=120,
     params:
-        spec=pretrain_spec,
+        decl=lookup(dpath="models/{model}/pretrain", within=config),
         seed=config["seed"],
         checkpoint="resources/checkpoints/pretrain/{model}.pt",
     script:

@@ -27,8 +27,8 @@ from kvspec.care.allocate import waterfill_ranks
 from kvspec.care.calibration import batches, calibration_tokens
 from kvspec.care.convert import full_factors, max_rank, mla_from_factors, split_kv
 from kvspec.care.covariance import collect_covariances
-from kvspec.care.pipeline import load_model
 from kvspec.care.store import spectra
+from kvspec.models.load import load_model
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:

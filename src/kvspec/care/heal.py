@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from kvspec.io import config_hash
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
+from kvspec.provenance import config_hash
 
 log = logging.getLogger(__name__)
 

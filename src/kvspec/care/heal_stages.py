@@ -15,9 +15,11 @@ import pandas as pd
 from kvspec.care.calibration import token_stream
 from kvspec.care.covariance import load_stats
 from kvspec.care.heal import HealSpec, heal
-from kvspec.care.pipeline import kv_cache_widths, load_model
+from kvspec.care.pipeline import kv_cache_widths
 from kvspec.care.restore import RestoreSpec, kv_cache_per_token, latent_rank, restore_model
-from kvspec.io import atomic_path, config_hash, provenance, write_json, write_text
+from kvspec.io import atomic_path, write_json, write_text
+from kvspec.models.load import load_model
+from kvspec.provenance import config_hash, provenance
 
 log = logging.getLogger(__name__)
 

@@ -8,29 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
-import kvspec.models.modeling_mla  # noqa: F401  (registers the MLA classes with the Auto API)
 from kvspec.care.calibration import batches, calibration_tokens
 from kvspec.care.convert import full_factors, max_rank, mla_from_factors
 from kvspec.care.covariance import collect_covariances, load_stats, save_stats
 from kvspec.care.store import load_factors, load_plan, save_factors
-from kvspec.io import atomic_path, provenance, write_json
+from kvspec.io import atomic_path, write_json
+from kvspec.models.load import load_model
+from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-def load_model(model_dir: str | os.PathLike[str], dtype: str = "float32", device: str = "cpu"):
-    """(model in eval mode, tokenizer) from a `save_pretrained` directory."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
 
 
 def covariance_stage(
@@ -45,7 +35,7 @@ def covariance_stage(
 ) -> None:
     """Calibration statistics of every layer's K/V input (`calib`: n_samples, seq_len,
     batch_size) from the normalized dataset `data`, saved to `out`."""
-    model, tok = load_model(model_dir, dtype, device)
+    model, tok = load_model(model_dir, dtype=dtype, device=device)
     ids = calibration_tokens(data, kind, tok, calib["n_samples"], calib["seq_len"], seed)
     log.info("calibration tokens %s from %s", tuple(ids.shape), data)
     stats = collect_covariances(model, list(batches(ids, calib["batch_size"])))
@@ -66,7 +56,7 @@ def factorize_stage(
 
     `opts`: care_alpha, care_lambda, asvd_alpha, randomized (the `care.factorize` config).
     """
-    model, _ = load_model(model_dir, dtype)
+    model, _ = load_model(model_dir, dtype=dtype)
     stats = load_stats(stats_path) if stats_path else None
     factors = full_factors(
         model,
@@ -140,7 +130,7 @@ def evaluate_stage(
     with its KV-cache width; `settings`: batch_size, max_length, seed, dtype, device."""
     from kvspec.eval.harness import TaskSpec, evaluate
 
-    model, tok = load_model(model_dir, settings["dtype"], settings["device"])
+    model, tok = load_model(model_dir, dtype=settings["dtype"], device=settings["device"])
     specs = {col: TaskSpec(**spec) for col, spec in tasks.items()}
     metrics = evaluate(
         model,

@@ -10,7 +10,8 @@ from typing import Any
 from kvspec.care.allocate import retained_energy, uniform_ranks, waterfill_ranks
 from kvspec.care.sensitivity import drop_group_plan, halve_layer_plan
 from kvspec.care.store import load_factors, plan_record, spectra
-from kvspec.io import provenance, write_json
+from kvspec.io import write_json
+from kvspec.provenance import provenance
 
 ALLOCATIONS = ("uniform", "waterfill")
 

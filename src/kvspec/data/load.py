@@ -97,3 +97,19 @@ def load_with_origin(
         check_record(rec, spec["kind"], f"dataset {name!r} ({origin}) record {i}")
     log.info("dataset %s: %d %s records from %s", name, len(records), spec["kind"], origin)
     return records, origin
+
+
+def normalize_stage(
+    name: str, decl: dict[str, Any], mirror: str | None, out_data: str, out_meta: str
+) -> None:
+    """Read one declared dataset (package, mirror or hub) and write normalized JSONL, plus a
+    sidecar saying where it came from."""
+    from kvspec.data.records import write_jsonl
+    from kvspec.io import write_json
+    from kvspec.provenance import provenance
+
+    records, origin = load_with_origin(name, decl, mirror)
+    n = write_jsonl(out_data, records, decl["kind"])
+    meta = {"dataset": name, "kind": decl["kind"], "records": n, "origin": origin,
+            "eval": decl["eval"], "provenance": provenance(decl)}  # fmt: skip
+    write_json(out_meta, meta)

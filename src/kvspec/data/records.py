@@ -47,14 +47,17 @@ def check_record(record: dict[str, Any], kind: str, where: str) -> dict[str, Any
     return record
 
 
-def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]], kind: str) -> int:
-    """Validate and write `records` atomically; return how many were written."""
+def write_jsonl(
+    path: str | Path, records: Iterable[dict[str, Any]], kind: str | None = None
+) -> int:
+    """Write `records` atomically (each checked against `kind` when given); return how many."""
     n = 0
     with atomic_path(path) as tmp, open(tmp, "w") as fh:
         for n, rec in enumerate(records, start=1):
-            check_record(rec, kind, f"{path} record {n}")
+            if kind is not None:
+                check_record(rec, kind, f"{path} record {n}")
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    if n == 0:
+    if n == 0 and kind is not None:  # a dataset with no records is an error; a shard may be empty
         Path(path).unlink(missing_ok=True)
         raise DataError(f"{path}: no records to write")
     return n

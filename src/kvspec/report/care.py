@@ -105,14 +105,14 @@ def _records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [read_json(r["file"]) for r in rows]
 
 
-def main_table(spec: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
+def main_table(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
     """Table 3.1 / 3.2: methods x ranks + the original GQA model, all tasks."""
     paper, meta = read_paper_table(paper_csv)
     ppl_col = "wiki_ppl" if "wiki_ppl" in paper.columns else "ppl"
     metrics = [c for c in paper.columns if c not in ("rank", "kv_save_pct", "method")]
-    records = _records(spec["rows"])
+    records = _records(item["rows"])
     ours = []
-    for row, rec in zip(spec["rows"], records, strict=True):
+    for row, rec in zip(item["rows"], records, strict=True):
         original = row["rank"] is None
         ours.append(
             {
@@ -159,20 +159,20 @@ def _paper_with_save(paper: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
 
 
 def _ablation_table(
-    spec: dict, paper_csv: str, outputs: dict[str, str], key: str, labels: Callable[[str], str]
+    item: dict, paper_csv: str, outputs: dict[str, str], key: str, labels: Callable[[str], str]
 ) -> pd.DataFrame:
     """Tables 3.4 / 3.5: one labelled CARE variant per row, a few columns."""
     paper, meta = read_paper_table(paper_csv)
     metrics = [c for c in paper.columns if c not in ("rank", key)]
-    records = _records(spec["rows"])
+    records = _records(item["rows"])
     ours = [
         {
             key: labels(row["label"]),
             "kv_save_pct": _save_pct(rec["kv_save_pct"]),
             "rank": row["rank"],
-            **metric_row(rec, columns=spec["columns"]),
+            **metric_row(rec, columns=item["columns"]),
         }
-        for row, rec in zip(spec["rows"], records, strict=True)
+        for row, rec in zip(item["rows"], records, strict=True)
     ]
     ours_df = pd.DataFrame(ours).reindex(columns=[key, "kv_save_pct", "rank", *metrics])
     paper = _paper_with_save(paper, metrics)
@@ -184,22 +184,22 @@ def _ablation_table(
     return df
 
 
-def table_3_4(spec: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
+def table_3_4(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
     """Calibration corpus ablation (CARE-E)."""
     return _ablation_table(
-        spec, paper_csv, outputs, "calibration", lambda s: CALIB_LABELS.get(s, s)
+        item, paper_csv, outputs, "calibration", lambda s: CALIB_LABELS.get(s, s)
     )
 
 
-def table_3_5(spec: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
+def table_3_5(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
     """Uniform (CARE-U) vs water-filling (CARE-E)."""
-    return _ablation_table(spec, paper_csv, outputs, "strategy", STRATEGY_LABELS.__getitem__)
+    return _ablation_table(item, paper_csv, outputs, "strategy", STRATEGY_LABELS.__getitem__)
 
 
-def figure_3_3(spec: dict, outputs: dict[str, str]) -> pd.DataFrame:
+def figure_3_3(item: dict, outputs: dict[str, str]) -> pd.DataFrame:
     """Water-filled ranks per layer for W_K and W_V, one line per calibration corpus."""
     rows = []
-    for row in spec["rows"]:
+    for row in item["rows"]:
         plan = read_json(row["file"])
         for matrix in ("k", "v"):
             for layer, r in enumerate(plan[f"ranks_{matrix}"]):
@@ -219,7 +219,7 @@ def figure_3_3(spec: dict, outputs: dict[str, str]) -> pd.DataFrame:
             ax.plot(
                 part["layer"], part["allocated"], marker="o", ms=3, label=f"{label} (avg r={rank})"
             )
-        ax.set_title(f"{matrix} ({spec['model']})")
+        ax.set_title(f"{matrix} ({item['model']})")
         ax.set_xlabel("layer")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("allocated rank (CARE-E)")
@@ -254,10 +254,10 @@ def _long_metrics(rec: dict[str, Any]) -> list[tuple[str, float, bool]]:
     ]
 
 
-def figure_3_4(spec: dict, outputs: dict[str, str]) -> pd.DataFrame:
+def figure_3_4(item: dict, outputs: dict[str, str]) -> pd.DataFrame:
     """CARE-E accuracy (and perplexity) vs calibration sample count and sequence length."""
     rows = []
-    for row in spec["rows"]:
+    for row in item["rows"]:
         for col, value, is_ppl in _long_metrics(read_json(row["file"])):
             rows.append(
                 {
@@ -287,18 +287,18 @@ def figure_3_4(spec: dict, outputs: dict[str, str]) -> pd.DataFrame:
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="best")
     ranks = ", ".join(str(r) for r in sorted(df["rank"].unique()))
-    fig.suptitle(f"CARE-E on {spec['model']}, rank {ranks}")
+    fig.suptitle(f"CARE-E on {item['model']}, rank {ranks}")
     fig.tight_layout()
     save_figure(fig, outputs["png"], outputs["pdf"])
     _write_csv(df, outputs["csv"])
     return df
 
 
-def figure_3_1(spec: dict, paper_csv: list[str], outputs: dict[str, str]) -> pd.DataFrame:
+def figure_3_1(item: dict, paper_csv: list[str], outputs: dict[str, str]) -> pd.DataFrame:
     """(a, b) accuracy with one layer's rank halved; (c) perplexity change per SV group."""
-    base = {col: value for col, value, _ in _long_metrics(read_json(spec["baseline"]))}
+    base = {col: value for col, value, _ in _long_metrics(read_json(item["baseline"]))}
     rows = []
-    for row in spec["rows"]:
+    for row in item["rows"]:
         for col, value, _ in _long_metrics(read_json(row["file"])):
             rows.append(
                 {
@@ -327,7 +327,7 @@ def figure_3_1(spec: dict, paper_csv: list[str], outputs: dict[str, str]) -> pd.
             )
     df = pd.DataFrame(rows)
     ours = df[df["source"] == "ours"]
-    halve_cols = list(spec["halve_columns"])
+    halve_cols = list(item["halve_columns"])
     fig, axes = plt.subplots(1, len(halve_cols) + 1, figsize=(4 * (len(halve_cols) + 1), 3.4))
     for ax, col in zip(axes, halve_cols, strict=False):
         part = ours[(ours["panel"] == "halve") & (ours["column"] == col)].sort_values("index")
@@ -338,30 +338,31 @@ def figure_3_1(spec: dict, paper_csv: list[str], outputs: dict[str, str]) -> pd.
         ax.set_ylabel("accuracy (%)")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
-    col = spec["group_columns"][0]
+    col = item["group_columns"][0]
     part = ours[(ours["panel"] == "svgroup") & (ours["column"] == col)].sort_values("index")
     ax = axes[-1]
     ax.plot(part["index"] + 1, part["delta"], marker="o", ms=3)
-    ax.set_title(f"SV group removed in last {spec['last_layers']} layers")
-    ax.set_xlabel(f"group (1 = largest of {spec['groups']})")
+    ax.set_title(f"SV group removed in last {item['last_layers']} layers")
+    ax.set_xlabel(f"group (1 = largest of {item['groups']})")
     ax.set_ylabel(f"Δ {TASK_NAMES.get(col, col)}")
     ax.grid(alpha=0.3)
     return _save_with_integer_x(fig, axes, df, outputs)
 
 
-def render(item: str, spec: dict, paper: list[str], outputs: dict[str, str]) -> None:
-    """Render one CARE report item into `outputs`."""
-    if item in ("table_3_1", "table_3_2"):
-        main_table(spec, paper[0], outputs)
-    elif item == "table_3_4":
-        table_3_4(spec, paper[0], outputs)
-    elif item == "table_3_5":
-        table_3_5(spec, paper[0], outputs)
-    elif item == "figure_3_3":
-        figure_3_3(spec, outputs)
-    elif item == "figure_3_4":
-        figure_3_4(spec, outputs)
-    elif item == "figure_3_1":
-        figure_3_1(spec, paper, outputs)
+def render(item: dict, inputs: dict[str, list[str]], outputs: dict[str, str]) -> None:
+    """Render one CARE report item (`item["name"]`, rows from `kvspec.plan.care`)."""
+    name, paper = item["name"], inputs.get("paper", [])
+    if name in ("table_3_1", "table_3_2"):
+        main_table(item, paper[0], outputs)
+    elif name == "table_3_4":
+        table_3_4(item, paper[0], outputs)
+    elif name == "table_3_5":
+        table_3_5(item, paper[0], outputs)
+    elif name == "figure_3_3":
+        figure_3_3(item, outputs)
+    elif name == "figure_3_4":
+        figure_3_4(item, outputs)
+    elif name == "figure_3_1":
+        figure_3_1(item, paper, outputs)
     else:
-        raise ValueError(f"unknown CARE report item {item!r}")
+        raise ValueError(f"unknown CARE report item {name!r}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -10,32 +10,36 @@ from kvspec.io import read_json
 from kvspec.report.tables import write_table
 
 
-def sources_frame(meta_paths: list[str | Path], notes: dict[str, str]) -> pd.DataFrame:
-    """One row per dataset: name, kind, records, role, origin and substitution note."""
-    rows = []
-    for path in meta_paths:
-        m = read_json(path)
-        rows.append(
+def sources_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per dataset ({dataset, meta, note}): kind, records, role, origin and note."""
+    out = []
+    for row in rows:
+        m = read_json(row["meta"])
+        out.append(
             {
-                "dataset": m["dataset"],
+                "dataset": row["dataset"],
                 "kind": m["kind"],
                 "records": m["records"],
                 "role": "evaluation" if m["eval"] else "training/calibration",
                 "origin": m["origin"],
-                "differs from the documents' data": notes.get(m["dataset"], ""),
+                "differs from the documents' data": row["note"] or "",
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(out)
 
 
 def render_sources(
-    meta_paths: list[str | Path], dataset_notes: dict[str, str], csv: str | Path, md: str | Path
+    item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str, str]
 ) -> None:
-    """Write the data-sources table (CSV + Markdown)."""
+    """Write the data-sources table (CSV + Markdown) of `item["rows"]`."""
     notes = [
         "Where this scale's mirror lacks the documents' data, the closest available file "
         "is used and the last column says how it differs."
     ]
     write_table(
-        sources_frame(meta_paths, dataset_notes), csv, md, "Datasets used at this scale", notes
+        sources_frame(item["rows"]),
+        outputs["csv"],
+        outputs["md"],
+        "Datasets used at this scale",
+        notes,
     )

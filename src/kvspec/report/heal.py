@@ -32,13 +32,13 @@ def _paper_rows(paper: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _our_rows(spec: dict[str, Any]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    base = read_json(spec["baseline"])
+def _our_rows(item: dict[str, Any]) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    base = read_json(item["baseline"])
     rows = [{"method": "GQA (Original)", "budget": "-", "tokens": None, **_extra(base)}]
     rows[0].update(metric_row(base))
     records = [base]
-    budgets = sorted({r["budget"] for r in spec["rows"]})
-    for row in spec["rows"]:
+    budgets = sorted({r["budget"] for r in item["rows"]})
+    for row in item["rows"]:
         rec = read_json(row["file"])
         records.append(rec)
         rows.append(
@@ -58,13 +58,13 @@ def _extra(rec: dict[str, Any]) -> dict[str, Any]:
     return {"kv_per_token": rec["kv_cached_per_token"], "kv_save_pct": round(rec["kv_save_pct"], 2)}
 
 
-def table_3_3(spec: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
+def table_3_3(item: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
     """Healed SVD / TransMLA / CARE(E)-init students at each budget, and the original model."""
     paper, meta = read_paper_table(paper_csv)
     metrics = ["arc", "are", "hs", "piqa", "mmlu", "obqa", "ra", "wg", "avg"]
     for col in metrics:
         paper[col] = pd.to_numeric(paper[col], errors="coerce")
-    ours, records = _our_rows(spec)
+    ours, records = _our_rows(item)
     ours["tokens"] = ours["tokens"].astype("Int64")
     ours = ours.reindex(
         columns=[
@@ -91,7 +91,7 @@ def table_3_3(spec: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> 
         {HEAL_LABELS[k]: v for k, v in PAPER_CALIB.items()}
     )
     notes = _eval_notes(records, metrics, meta)[:3] + [
-        f"Rank r = {spec['rank']} for every student: the KV cache holds 2r numbers per token "
+        f"Rank r = {item['rank']} for every student: the KV cache holds 2r numbers per token "
         "and layer (SVD: r_K + r_V latents; TransMLA and CARE(E) Init: kv_lora_rank + the "
         "decoupled RoPE key). kv_per_token (ours) is summed over layers.",
         "Budgets: ours are the token counts in 'tokens (ours)' (same 1:3 ratio as the "
@@ -110,10 +110,10 @@ def table_3_3(spec: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> 
     return df
 
 
-def convergence(spec: dict[str, Any], outputs: dict[str, str]) -> pd.DataFrame:
+def convergence(item: dict[str, Any], outputs: dict[str, str]) -> pd.DataFrame:
     """Validation perplexity vs healing tokens, one line per initialisation."""
     frames = []
-    for method, path in spec["curves"].items():
+    for method, path in item["curves"].items():
         curve = pd.read_csv(path)
         curve.insert(0, "method", HEAL_LABELS[method])
         frames.append(curve)
@@ -127,17 +127,18 @@ def convergence(spec: dict[str, Any], outputs: dict[str, str]) -> pd.DataFrame:
     ax.set_yscale("log")
     ax.set_xlabel("healing tokens")
     ax.set_ylabel("validation perplexity (held-out)")
-    ax.set_title(f"Healing convergence, `{spec['model']}` at rank {spec['rank']}")
+    ax.set_title(f"Healing convergence, `{item['model']}` at rank {item['rank']}")
     ax.legend()
     save_figure(fig, outputs["png"], outputs["pdf"])
     write_text(outputs["csv"], df.to_csv(index=False))
     return df
 
 
-def render(item: str, spec: dict[str, Any], paper: list[str], outputs: dict[str, str]) -> None:
-    if item == "table_3_3":
-        table_3_3(spec, paper[0], outputs)
-    elif item == "convergence":
-        convergence(spec, outputs)
+def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str, str]) -> None:
+    """Table 3.3 (`item["name"]` "table_3_3") or the convergence figure ("convergence")."""
+    if item["name"] == "table_3_3":
+        table_3_3(item, inputs["paper"][0], outputs)
+    elif item["name"] == "convergence":
+        convergence(item, outputs)
     else:
-        raise ValueError(f"unknown healing report item {item!r}")
+        raise ValueError(f"unknown healing report item {item['name']!r}")

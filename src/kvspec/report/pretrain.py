@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -29,18 +29,13 @@ def summary_frame(stats: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render(
-    models: list[str],
-    curve_paths: list[str],
-    stats_paths: list[str],
-    token_stats_path: str,
-    out: dict[str, str | Path],
-) -> None:
-    """Write the loss figure (png/pdf) and the summary table (csv/md)."""
-    curves = {m: pd.read_csv(p) for m, p in zip(models, curve_paths, strict=True)}
+def render(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    """Write the loss figure (png/pdf) and the summary table (csv/md) of `item["rows"]`
+    ({model, curve, stats}); `inputs["tokens"]` is the corpus token statistics."""
+    curves = {r["model"]: pd.read_csv(r["curve"]) for r in item["rows"]}
     loss_curves(curves, out["png"], out["pdf"])
-    stats = {m: read_json(p) for m, p in zip(models, stats_paths, strict=True)}
-    tok = read_json(token_stats_path)
+    stats = {r["model"]: read_json(r["stats"]) for r in item["rows"]}
+    tok = read_json(inputs["tokens"][0])
     notes = [
         f"Corpus: {tok['documents']} documents, {tok['tokens']} tokens "
         f"({tok['train_tokens']} train / {tok['val_tokens']} held out), "

@@ -7,21 +7,19 @@ Acceptance tables are computed from the per-position rows of `specdecode_accepta
 
 from __future__ import annotations
 
-import io
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from kvspec.eval.acceptance import (
+from kvspec.eval.acceptance_stats import (
     acceptance_grid,
     acceptance_surface,
     accepted_per_speculation,
     hit_rate_table,
 )
-from kvspec.io import write_text
+from kvspec.io import read_json, read_rows, write_text
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
 
 # The paper's index sizes as fractions of its 5M prompts (Table 4.1 rows).
@@ -34,18 +32,6 @@ PAPER_CONFIG = {  # (held-out set, index) -> the paper's configuration label
     ("Python Coding", "sft"): "SFT-5M (Python)",
     ("Python Coding", "responses"): "Target-5M (Python)",
 }
-
-
-def write_rows(path: str | Path, rows: pd.DataFrame, prov: Mapping[str, Any]) -> None:
-    """Per-position rows as CSV under a `# provenance: {...}` comment line, atomically."""
-    write_text(path, f"# provenance: {json.dumps(prov, default=str)}\n" + rows.to_csv(index=False))
-
-
-def read_rows(path: str | Path) -> pd.DataFrame:
-    """Rows written by `write_rows`."""
-    text = Path(path).read_text()
-    body = text.split("\n", 1)[1] if text.startswith("#") else text
-    return pd.read_csv(io.StringIO(body))
 
 
 def ml_cols(bins: Sequence[int]) -> list[str]:
@@ -252,13 +238,13 @@ METHOD_ORDER = [
 ]
 
 
-def read_summaries(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """Speed summaries, with `model` and `bench` taken from their paths (.../model/bench/...)."""
+def read_summaries(rows: Sequence[Mapping[str, str]]) -> pd.DataFrame:
+    """Speed summaries of the plan's rows ({model, bench, file}), with `model` and `bench`."""
     frames = []
-    for path in paths:
-        df = pd.read_csv(path)
-        df.insert(0, "bench", Path(path).parent.name)
-        df.insert(0, "model", Path(path).parent.parent.name)
+    for row in rows:
+        df = pd.read_csv(row["file"])
+        df.insert(0, "bench", row["bench"])
+        df.insert(0, "model", row["model"])
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
 
@@ -341,28 +327,21 @@ def save(
 # ----------------------------------------------------------------------------- rendering
 
 
-def acceptance_key(path: str | Path) -> tuple[str, float, str, str]:
-    """(corpus, fraction, responses, heldout) of results/acceptance/<m>/<corpus>_<f>/<r>/<h>.csv"""
-    p = Path(path)
-    corpus, _, fraction = p.parent.parent.name.rpartition("_")
-    return corpus, float(fraction), p.parent.name, p.stem
-
-
 def render_acceptance(
-    sweep: Sequence[str], stats: Sequence[str], main: Sequence[str],
-    paper: Mapping[str, str], out: Mapping[str, str], settings: Mapping[str, Any],
-) -> None:  # fmt: skip
+    item: Mapping[str, Any], inputs: Mapping[str, list[str]], out: Mapping[str, str]
+) -> None:
     """Tables 4.1-4.6 and Figure 4.1 from acceptance rows and index build stats.
 
-    `paper` and `out` are keyed like "t4_1" (out also "t4_1_md", "f4_1_png", ...);
-    `settings` is the spec.acceptance config block plus `sweep_heldout`.
+    `item["sweep"]` rows are {fraction, rows, stats} (Table 4.1), `item["main"]` rows
+    {heldout, index, file} (Tables 4.2-4.6), `item["settings"]` the spec.acceptance block.
+    `inputs` and `out` are keyed like "t4_1" (out also "t4_1_md", "f4_1_png", ...).
     """
+    settings = item["settings"]
     bins = settings["min_match_lengths"]
-    sweep_rows = {acceptance_key(p)[1]: read_rows(p) for p in sweep}
-    stat = {
-        json.loads(Path(p).read_text())["fraction"]: json.loads(Path(p).read_text()) for p in stats
-    }
-    main_rows = {(acceptance_key(p)[3], acceptance_key(p)[0]): read_rows(p) for p in main}
+    paper = {k: v[0] for k, v in inputs.items() if k.startswith("t4_")}
+    sweep_rows = {r["fraction"]: read_rows(r["rows"]) for r in item["sweep"]}
+    stat = {r["fraction"]: read_json(r["stats"]) for r in item["sweep"]}
+    main_rows = {(r["heldout"], r["index"]): read_rows(r["file"]) for r in item["main"]}
     note = _counts_note(main_rows)
     t41 = table_4_1(sweep_rows, stat, bins, paper["t4_1"])
     save(t41, out["t4_1"], out["t4_1_md"], paper["t4_1"], [
@@ -408,11 +387,15 @@ def _counts_note(rows: Mapping[Any, pd.DataFrame]) -> str:
 
 
 def render_speed(
-    main: Sequence[str], other: Sequence[str], paper: Mapping[str, str],
-    out: Mapping[str, str], columns: Mapping[str, str], labels: Mapping[str, str],
-) -> None:  # fmt: skip
-    """Tables 4.7 (main target, every method) and 4.8 (other targets, infini-gram SD)."""
-    t47 = table_4_7(read_summaries(main), columns, paper["t4_7"])
+    item: Mapping[str, Any], inputs: Mapping[str, list[str]], out: Mapping[str, str]
+) -> None:
+    """Tables 4.7 (main target, every method) and 4.8 (other targets, infini-gram SD).
+
+    `item["main"]` / `item["other"]` rows are {model, bench, file}; `item["columns"]` maps
+    Table 4.7's column groups to our benchmark sets, `item["labels"]` names the sets.
+    """
+    paper = {k: v[0] for k, v in inputs.items() if k.startswith("t4_")}
+    t47 = table_4_7(read_summaries(item["main"]), item["columns"], paper["t4_7"])
     save(t47, out["t4_7"], out["t4_7_md"], paper["t4_7"], [
         "Ours: batch size 1, all methods on the same prompts in one process, warm-up discarded; "
         "speedup over our greedy loop; accept_len = tokens per target forward pass.",
@@ -422,8 +405,8 @@ def render_speed(
         "numbers are kept for reference. Our neural baselines are the draft-model rows.",
         "exact_vs_greedy: share of prompts whose output equals greedy decoding token for token.",
     ])  # fmt: skip
-    if other:
-        t48 = table_4_8(read_summaries(other), labels, paper["t4_8"])
+    if item["other"]:
+        t48 = table_4_8(read_summaries(item["other"]), item["labels"], paper["t4_8"])
         msg = (
             "Ours: each other target with its own target-response index; "
             "speedup over its greedy decoding."

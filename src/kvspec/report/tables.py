@@ -58,11 +58,11 @@ def write_table(
     write_text(md_path, "\n".join(lines))
 
 
-def render_paper_only(paper_csv: str | Path, csv_path: str | Path, md_path: str | Path) -> None:
+def render_paper_only(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict) -> None:
     """Render a table that has nothing to reproduce (e.g. a literature table) from its CSV."""
-    df, meta = read_paper_table(paper_csv)
+    df, meta = read_paper_table(inputs["paper"][0])
     notes = [
         f"Paper numbers only (nothing to measure): source {meta['source'][0]}",
         *meta.get("notes", []),
     ]
-    write_table(df, csv_path, md_path, meta["table"][0], notes)
+    write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes)

@@ -23,18 +23,8 @@ from tqdm import tqdm
 from kvspec.io import read_json
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
+from kvspec.spec.methods import METHODS
 from kvspec.spec.ngram_index import open_engine
-
-METHODS = (
-    "greedy",  # our loop, one token per forward (the baseline)
-    "hf_greedy",  # transformers generate, greedy
-    "hf_prompt_lookup",  # transformers generate(prompt_lookup_num_tokens=k)
-    "hf_assisted",  # transformers generate(assistant_model=draft)
-    "sd_prompt_lookup",  # our loop, prompt-lookup drafter
-    "sd_draft",  # our loop, draft-model drafter
-    "sd_infgram_sft",  # our loop, inf_nkt on the SFT-response index
-    "sd_infgram_target",  # our loop, inf_nkt on the target-response index
-)
 
 
 @dataclass

@@ -18,12 +18,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from kvspec.data.records import read_jsonl
 from kvspec.io import read_json
+from kvspec.models.load import load_model
 from kvspec.spec.bench import Setup, bench_prompts, benchmark_methods, run_benchmark, summarize
 from kvspec.spec.drafters import InfiniGramDrafter, sequential_infgram_draft
-from kvspec.spec.generate import load_model, stop_ids
+from kvspec.spec.generate import stop_ids
 from kvspec.spec.ngram_index import open_engine
 
 
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     ratio = statistics.median(lat["sequential"]) / statistics.median(lat["inf_nkt"])
     print(f"inf_nkt speedup over sequential calls (median): {ratio:.1f}x")
 
-    target, tokenizer = load_model(res / "models" / args.model, "cpu", "float32", args.threads)
+    torch.set_num_threads(args.threads)
+    target, tokenizer = load_model(res / "models" / args.model)
     setup = Setup(target, stop_ids(target, tokenizer), args.max_new_tokens, args.k, 4,
                   min_match=1, engines={"target": engine})  # fmt: skip
     bench = {"name": "humaneval", "prompts": "humaneval", "n": args.n, "kind": "code"}

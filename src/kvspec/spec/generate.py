@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from kvspec.io import atomic_path
+from kvspec.data.records import write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def generate_shard(
                     fh.writelines(json.dumps(r) + "\n" for r in recs)
             new += len(recs)
             bar.update(len(batch))
-    _write_jsonl(out_path, [done[p["id"]] for p in prompts])
+    write_jsonl(out_path, [done[p["id"]] for p in prompts])
     if ckpt:
         ckpt.unlink(missing_ok=True)
     return new
@@ -185,11 +185,6 @@ def _response_record(
     }
 
 
-def _write_jsonl(path: str | os.PathLike[str], records: list[dict[str, Any]]) -> None:
-    with atomic_path(path) as tmp, open(tmp, "w") as fh:
-        fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-
-
 def gather_shards(
     shards: Sequence[str | os.PathLike[str]], out_path: str | os.PathLike[str]
 ) -> int:
@@ -198,7 +193,7 @@ def gather_shards(
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         raise ValueError("duplicate prompt ids across shards: shards overlap")
-    _write_jsonl(out_path, records)
+    write_jsonl(out_path, records)
     return len(records)
 
 
@@ -211,14 +206,3 @@ def generation_prompts(
     n_index = sum(p["split"] == "index" for p in prompts)
     cut = round(fraction * n_index)
     return [p for p in prompts if (p["rank"] < cut if p["split"] == "index" else heldout)]
-
-
-def load_model(
-    path: str | os.PathLike[str], device: str, dtype: str, threads: int
-) -> tuple[Any, Any]:
-    """A saved causal LM (eval mode, on `device` in `dtype`) and its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(path)

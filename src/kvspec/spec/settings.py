@@ -7,8 +7,6 @@ from typing import Any
 
 from kvspec.config import ConfigError
 
-NEEDS_DRAFT = {"hf_assisted", "sd_draft"}
-
 
 def check_spec(config: Mapping[str, Any]) -> None:
     """Raise ConfigError (naming the key) if the spec block refers to anything undefined."""
@@ -70,8 +68,3 @@ def _check_speed(spec: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         for name in run["sets"]:
             _need(name in speed["sets"], f"{key}.sets", f"unknown benchmark set {name!r}")
         _need("greedy" in run["methods"], f"{key}.methods", "the baseline 'greedy' must be listed")
-
-
-def fraction_name(fraction: float) -> str:
-    """The path form of an index fraction: 1.0 -> "1", 0.05 -> "0.05"."""
-    return f"{fraction:g}"

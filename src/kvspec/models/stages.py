@@ -1,0 +1,94 @@
+"""The pretraining stages as functions of files (mini stand-ins and ci models): corpus →
+tokenizer → token streams → trained model. Each writes its outputs atomically."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def corpus_stage(
+    sources: dict[str, str], kinds: dict[str, str], stdlib_bytes: int, out: str
+) -> None:
+    """The corpus (chat-rendered training datasets + Python stdlib source) as JSONL."""
+    from kvspec.data.records import write_jsonl
+    from kvspec.models.corpus import assemble
+
+    records = assemble({n: (sources[n], kinds[n]) for n in kinds}, stdlib_bytes)
+    n = write_jsonl(out, records, "text")
+    log.info("corpus: %d documents, %d characters", n, sum(len(r["text"]) for r in records))
+
+
+def tokenizer_stage(corpus: str, settings: dict[str, Any], seed: int, out: str) -> None:
+    """A byte-level BPE trained on a seeded sample of the corpus (`settings`: config tokenizer)."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.io import atomic_path
+    from kvspec.models.corpus import sample_documents
+    from kvspec.models.tokenizer import train_tokenizer
+
+    docs = [r["text"] for r in read_jsonl(corpus, "text")]
+    sample = sample_documents(docs, settings["train_bytes"], seed)
+    tokenizer = train_tokenizer(sample, settings["vocab_size"], settings["model_max_length"])
+    log.info("tokenizer: %d tokens, trained on %d documents", len(tokenizer), len(sample))
+    with atomic_path(out) as tmp:
+        tokenizer.save_pretrained(tmp)
+
+
+def tokenize_stage(
+    corpus: str,
+    tokenizer: str,
+    *,
+    val_fraction: float,
+    seed: int,
+    out_train: str,
+    out_val: str,
+    out_stats: str,
+) -> None:
+    """The corpus as train/validation token streams (.npy) and their counts."""
+    from kvspec.io import write_json
+    from kvspec.models.tokens import save_array, token_streams
+
+    train, val, stats = token_streams(corpus, tokenizer, val_fraction, seed)
+    save_array(out_train, train)
+    save_array(out_val, val)
+    write_json(out_stats, stats)
+    log.info("tokens: %s", stats)
+
+
+def train_stage(
+    decl: dict[str, Any],
+    tokenizer: str,
+    train: str,
+    val: str,
+    *,
+    seed: int,
+    threads: int,
+    out_model: str,
+    out_curve: str,
+    out_stats: str,
+    checkpoint: str | None = None,
+) -> None:
+    """Build and train one model (`decl`: its config pretrain block); save model, curve, stats."""
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from kvspec.io import write_json, write_text
+    from kvspec.models.pretrain import pretrain_model
+    from kvspec.provenance import provenance
+
+    torch.set_num_threads(threads)
+    curve, stats = pretrain_model(
+        decl["arch"],
+        decl["train"],
+        seed,
+        tokenizer,
+        np.load(train),
+        np.load(val),
+        out_model,
+        checkpoint=checkpoint,
+    )
+    write_text(out_curve, pd.DataFrame(curve).to_csv(index=False))
+    write_json(out_stats, {**stats, "provenance": provenance(decl)})

@@ -1,0 +1,74 @@
+"""The experiment plan: which jobs, variants, evaluations and report rows exist.
+
+`Plan(config)` is built once from the validated config (`kvspec.config.validate`), without
+Snakemake, so every decision here is unit-tested (`tests/plan/`). The rule files reference its
+parts (`PLAN.care`, `PLAN.spec`, ...) and their bound methods as input functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kvspec.plan.base import BasePlan
+from kvspec.plan.care import CarePlan, Columns
+from kvspec.plan.evaluate import EvalPlan
+from kvspec.plan.heal import HealPlan
+from kvspec.plan.items import ReportItem
+from kvspec.plan.spec import SpecPlan
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+class Plan:
+    """Every part of the study the config asks for; absent parts are None."""
+
+    def __init__(self, config: Mapping[str, Any], repo: Path = REPO) -> None:
+        self.config = config
+        self.base = BasePlan(config, repo)
+        self.care = CarePlan(config, repo) if config.get("care") else None
+        heal = self.care and config["care"].get("heal")
+        self.heal = HealPlan(config, self.care) if heal else None
+        self.spec = SpecPlan(config, repo) if config.get("spec") else None
+        self.evaluate = EvalPlan(config, self._columns())
+        self._items = [
+            item
+            for part in (self.base, self.care, self.heal, self.spec)
+            if part
+            for item in part.report_items()
+        ]
+
+    def _columns(self) -> Columns:
+        cols: Columns = {}
+        for part in (self.care, self.heal):
+            for key, columns in (part.evaluations() if part else {}).items():
+                cols.setdefault(key, set()).update(columns)
+        return cols
+
+    def report_items(self) -> list[ReportItem]:
+        """Every report item, in DAG order (data, models, CARE, healing, speculation)."""
+        return list(self._items)
+
+    def report_item(self, rule: str) -> ReportItem:
+        return next(i for i in self.report_items() if i.rule == rule)
+
+    def targets(self) -> list[str]:
+        """Every final product: normalized datasets, models, and every report output."""
+        from kvspec.plan import paths
+
+        return [
+            *(paths.DATA.format(dataset=d) for d in self.base.datasets),
+            *(paths.MODEL.format(model=m) for m in self.base.models),
+            *(f for item in self.report_items() for f in item.output_files()),
+        ]
+
+    def jobs(self) -> dict[str, dict[str, tuple[str, ...]]]:
+        """rule -> {first output: every output} of each job the workflow runs."""
+        from kvspec.plan.jobs import planned_jobs
+
+        return planned_jobs(self)
+
+    def outputs(self) -> set[str]:
+        """Every file or directory some planned job writes."""
+        return {f for jobs in self.jobs().values() for outs in jobs.values() for f in outs}

@@ -1,0 +1,99 @@
+"""Datasets, models and pretraining: the inputs every later stage starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kvspec.plan import paths
+from kvspec.plan.items import Output, ReportItem, figure_outputs, table_outputs
+
+
+class BasePlan:
+    """Datasets (one normalized file each), models (fetched or pretrained), their reports."""
+
+    def __init__(self, config: Mapping[str, Any], repo: Path) -> None:
+        self.config, self.repo = config, repo
+        self.datasets: list[str] = sorted(config["data"]["datasets"])
+        self.models: list[str] = sorted(config["models"])
+        self.pretrained = [m for m in self.models if config["models"][m]["pretrain"]]
+        self.hub_models = [m for m in self.models if not config["models"][m]["pretrain"]]
+
+    def dataset_decl(self, wildcards: Any) -> dict[str, Any]:
+        """A dataset's declaration, less its free-text note (editing a note reruns nothing)."""
+        decl = self.config["data"]["datasets"][wildcards.dataset]
+        return {k: v for k, v in decl.items() if k != "note"}
+
+    def pretrain_decl(self, wildcards: Any) -> dict[str, Any]:
+        return self.config["models"][wildcards.model]["pretrain"]
+
+    def hub_id(self, wildcards: Any) -> str:
+        return self.config["models"][wildcards.model]["hub"]
+
+    def pretrain_sources(self, wildcards: Any = None) -> dict[str, str]:
+        return {n: paths.DATA.format(dataset=n) for n in self.config["pretrain"]["sources"]}
+
+    def pretrain_kinds(self, wildcards: Any = None) -> dict[str, str]:
+        datasets = self.config["data"]["datasets"]
+        return {n: datasets[n]["kind"] for n in self.config["pretrain"]["sources"]}
+
+    def report_items(self) -> list[ReportItem]:
+        paper = str(self.repo / paths.PAPER.format(name="thesis_table_2_1"))
+        items = [
+            ReportItem(
+                rule="report_table_2_1",
+                renderer="tables:render_paper_only",
+                log="logs/report/thesis_table_2_1.log",
+                category="Thesis ch. 2",
+                inputs={"paper": [paper]},
+                outputs=table_outputs("thesis_table_2_1", label="Table 2.1"),
+            ),
+            self._sources_item(),
+        ]
+        return items + ([self._pretrain_item()] if self.pretrained else [])
+
+    def _sources_item(self) -> ReportItem:
+        declared = self.config["data"]["datasets"]
+        rows = [
+            {"dataset": n, "meta": paths.DATA_META.format(dataset=n), "note": declared[n]["note"]}
+            for n in self.datasets
+        ]
+        return ReportItem(
+            rule="data_sources",
+            renderer="data:render_sources",
+            log="logs/data/sources.log",
+            category="Data",
+            inputs={"meta": [r["meta"] for r in rows]},
+            outputs=table_outputs("data_sources", label="data sources"),
+            params={"rows": rows},
+        )
+
+    def _pretrain_item(self) -> ReportItem:
+        rows = [
+            {
+                "model": m,
+                "curve": paths.PRETRAIN_CURVE.format(model=m),
+                "stats": paths.PRETRAIN_STATS.format(model=m),
+            }
+            for m in self.pretrained
+        ]
+        outputs = figure_outputs("pretrain_loss", "loss curves")
+        del outputs["csv"]
+        outputs |= {
+            "csv": Output("results/report/pretrain_summary.csv", "pretrain_summary", "summary"),
+            "md": Output("results/report/pretrain_summary.md"),
+        }
+        return ReportItem(
+            rule="report_pretrain",
+            renderer="pretrain:render",
+            log="logs/report/pretrain.log",
+            category="Pretraining",
+            inputs={
+                "curves": [r["curve"] for r in rows],
+                "stats": [r["stats"] for r in rows],
+                "tokens": [paths.PRETRAIN_TOKENS],
+            },
+            outputs=outputs,
+            params={"rows": rows},
+        )

@@ -1,0 +1,129 @@
+"""Healing (thesis Table 3.3): restored and SVD students, token budgets, their evaluations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvspec.config import ConfigError, kv_width
+from kvspec.plan import paths
+from kvspec.plan.care import CARE_CATEGORY, CarePlan, Columns, evaluation_path
+from kvspec.plan.items import ReportItem, figure_outputs, table_outputs
+from kvspec.plan.names import Calib, Converted, Factors, Healed, Original, RankPlan
+
+
+class HealPlan:
+    """The healing part of the plan (a sub-block of `care`)."""
+
+    def __init__(self, config: Mapping[str, Any], care: CarePlan) -> None:
+        self.config, self.care = config, care
+        self.heal = config["care"]["heal"]
+        self.model: str = self.heal["model"]
+        self.methods: list[str] = self.heal["methods"]
+        self.budgets: list[int] = self.heal["train"]["budgets"]
+
+    def rank(self) -> int:
+        """Table 3.3's MLA rank r (cache 2·r per token and layer for every method)."""
+        if self.heal["rank"]:
+            return self.heal["rank"]
+        width = kv_width(self.config, self.model)
+        if width is None:
+            raise ConfigError(
+                "config key 'care.heal.rank': the model has no pretrain arch to resolve "
+                "rank_fraction of g_h·d_h; give an explicit rank"
+            )
+        return max(1, round(self.heal["rank_fraction"] * width))
+
+    def calib(self, method: str) -> Calib:
+        """The calibration statistics a restoration (or its report row) uses."""
+        return Calib(self.heal["calibration"][method], self.heal["n_samples"], self.heal["seq_len"])
+
+    def svd_student(self) -> Converted:
+        return Converted(Factors("svd", None), RankPlan("uniform", self.rank()))
+
+    def restored(self) -> list[str]:
+        return [m for m in self.methods if m != "svd"]
+
+    def evaluations(self) -> Columns:
+        every = set(self.care.tasks)
+        cols: Columns = {
+            (self.model, Healed(m, b)): set(every) for m in self.methods for b in self.budgets
+        }
+        cols[(self.model, Original())] = set(every)
+        return cols
+
+    # ---- input functions ----------------------------------------------------------------------
+    def restore_stats(self, wildcards: Any) -> str:
+        return paths.COVARIANCE.format(model=wildcards.model, calib=self.calib(wildcards.method))
+
+    def student(self, wildcards: Any) -> str:
+        """The model healing starts from: the plain SVD MLA model, or a restored one."""
+        if wildcards.method == "svd":
+            student = self.svd_student()
+            return paths.CONVERTED.format(
+                model=wildcards.model, factors=student.factors, plan=student.plan
+            )
+        return paths.HEAL_INIT.format(model=wildcards.model, method=wildcards.method)
+
+    def data(self) -> str:
+        return paths.DATA.format(dataset=self.heal["data"]["dataset"])
+
+    def kind(self) -> str:
+        return self.config["data"]["datasets"][self.heal["data"]["dataset"]]["kind"]
+
+    def gpus(self) -> int:
+        """GPUs per healing job: one per data-parallel process on a GPU run, else none."""
+        return self.heal["train"]["processes"] if self.config["resources"]["gpus"] else 0
+
+    def checkpoints(self) -> list[str]:
+        """heal_train's per-budget checkpoint directories (with {model}/{method} wildcards)."""
+        return [
+            paths.HEALED.format(model="{model}", method="{method}", budget=b) for b in self.budgets
+        ]
+
+    # ---- report --------------------------------------------------------------------------------
+    def report_params(self) -> dict[str, Any]:
+        rows = [
+            {
+                "method": m,
+                "budget": b,
+                "variant": str(Healed(m, b)),
+                "calibration": str(self.calib(m))
+                if m in self.heal["calibration"] and m != "svd"
+                else None,
+                "file": evaluation_path(self.model, Healed(m, b)),
+            }
+            for m in self.methods
+            for b in self.budgets
+        ]
+        curves = {m: paths.HEAL_CURVE.format(model=self.model, method=m) for m in self.methods}
+        return {
+            "rows": rows,
+            "baseline": evaluation_path(self.model, Original()),
+            "curves": curves,
+            "model": self.model,
+            "rank": self.rank(),
+        }
+
+    def report_items(self) -> list[ReportItem]:
+        params = self.report_params()
+        evals = [r["file"] for r in params["rows"]] + [params["baseline"]]
+        table = ReportItem(
+            rule="report_heal_table_3_3",
+            renderer="heal:render",
+            log="logs/report/thesis_table_3_3.log",
+            category=CARE_CATEGORY,
+            inputs={"evals": evals, "paper": self.care.paper("table_3_3")},
+            outputs=table_outputs("thesis_table_3_3", label="Table 3.3"),
+            params={"name": "table_3_3", **params},
+        )
+        curves = ReportItem(
+            rule="report_heal_convergence",
+            renderer="heal:render",
+            log="logs/report/heal_convergence.log",
+            category=CARE_CATEGORY,
+            inputs={"curves": list(params["curves"].values())},
+            outputs=figure_outputs("heal_convergence", "Healing convergence"),
+            params={"name": "convergence", **params},
+        )
+        return [table, curves]

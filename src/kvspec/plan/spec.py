@@ -1,0 +1,206 @@
+"""Infini-gram speculative decoding (thesis ch. 4): responses, indexes, acceptance, speed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kvspec.plan import paths
+from kvspec.plan.items import Output, ReportItem
+from kvspec.plan.names import fraction_name
+from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
+
+ACCEPTANCE_CATEGORY = "Thesis ch. 4: acceptance"
+SPEED_CATEGORY = "Thesis ch. 4: speed"
+# the acceptance analysis replays the SFT responses ("sft") or the target's ("target")
+RESPONDERS = ("sft", "target")
+# our two benchmark sets that fill Table 4.7's column groups, in order
+TABLE_4_7_COLUMNS = ("humaneval", "sft_coding")
+
+
+class SpecPlan:
+    """The speculative-decoding part of the plan (config block `spec`)."""
+
+    def __init__(self, config: Mapping[str, Any], repo: Path) -> None:
+        self.config, self.repo = config, repo
+        self.spec = config["spec"]
+        self.target: str = self.spec["target"]
+        self.models: list[str] = sorted(self.spec["generate"]["models"])
+        self.fractions = sorted({fraction_name(f) for f in self.spec["index"]["sft_fractions"]})
+        self.heldout: list[str] = sorted(self.spec["heldout"])
+        self.bench_sets: list[str] = sorted(self.spec["speed"]["sets"])
+
+    # ---- generation ---------------------------------------------------------------------------
+    def prompt_sources(self, wildcards: Any = None) -> dict[str, str]:
+        return {n: paths.DATA.format(dataset=n) for n in self.spec["prompts"]["sources"]}
+
+    def gen_fraction(self, wildcards: Any) -> float:
+        return self.spec["generate"]["models"][wildcards.model]
+
+    def gen_heldout(self, wildcards: Any) -> bool:
+        """Only the main target answers held-out prompts (the acceptance analysis positions)."""
+        return wildcards.model == self.target
+
+    def shards(self, wildcards: Any) -> list[str]:
+        return [
+            paths.SHARD.format(model=wildcards.model, shard=i)
+            for i in range(self.spec["generate"]["shards"])
+        ]
+
+    # ---- indexes and acceptance --------------------------------------------------------------
+    def index_inputs(self, wildcards: Any) -> dict[str, str]:
+        """SFT responses come with the prompts; target responses from the model's generation."""
+        corpus = {"sft": paths.PROMPTS, "responses": paths.RESPONSES.format(model=wildcards.model)}
+        return {
+            "corpus": corpus[wildcards.corpus],
+            "model": paths.MODEL.format(model=wildcards.model),
+        }
+
+    def index_fraction(self, wildcards: Any) -> float:
+        return float(wildcards.fraction)
+
+    def acceptance_inputs(self, wildcards: Any) -> dict[str, str]:
+        index = paths.INDEX.format(
+            model=wildcards.model, corpus=wildcards.corpus, fraction=wildcards.fraction
+        )
+        replayed = {"sft": paths.PROMPTS, "target": paths.RESPONSES.format(model=wildcards.model)}
+        return {
+            "model": paths.MODEL.format(model=wildcards.model),
+            "index": index,
+            "index_stats": f"{index}.json",
+            "outputs": replayed[wildcards.responder],
+        }
+
+    def sweep_rows(self) -> list[dict[str, Any]]:
+        """Table 4.1: each SFT index of the size sweep on held-out SFT responses."""
+        held = self.spec["acceptance"]["sweep_heldout"]
+        return [
+            {
+                "fraction": float(f),
+                "rows": self._acceptance("sft", f, "sft", held),
+                "stats": paths.INDEX_STATS.format(model=self.target, corpus="sft", fraction=f),
+            }
+            for f in self.fractions
+        ]
+
+    def main_rows(self) -> list[dict[str, Any]]:
+        """Tables 4.2-4.6: the full SFT and target indexes on held-out target responses."""
+        return [
+            {
+                "heldout": held,
+                "index": corpus,
+                "file": self._acceptance(corpus, "1", "target", held),
+            }
+            for corpus in ("sft", "responses")
+            for held in self.spec["acceptance"]["heldout"]
+        ]
+
+    def _acceptance(self, corpus: str, fraction: str, responder: str, heldout: str) -> str:
+        return paths.ACCEPTANCE.format(
+            model=self.target,
+            corpus=corpus,
+            fraction=fraction,
+            responder=responder,
+            heldout=heldout,
+        )
+
+    # ---- speed ----------------------------------------------------------------------------------
+    def speed_methods(self, wildcards: Any) -> list[str]:
+        return self.spec["speed"]["runs"][wildcards.model]["methods"]
+
+    def speed_set(self, wildcards: Any) -> dict[str, Any]:
+        """The benchmark set, with the kind of its prompt source (held-out, code or math)."""
+        bench = dict(self.spec["speed"]["sets"][wildcards.bench], name=wildcards.bench)
+        src = bench["prompts"]
+        kind = "heldout" if src in self.spec["heldout"] else None
+        bench["kind"] = kind or self.config["data"]["datasets"][src]["kind"]
+        return bench
+
+    def speed_inputs(self, wildcards: Any) -> dict[str, str]:
+        """Target, prompts, and whatever the listed methods need (draft model, indexes)."""
+        src = self.spec["speed"]["sets"][wildcards.bench]["prompts"]
+        prompts = paths.PROMPTS if src in self.spec["heldout"] else paths.DATA.format(dataset=src)
+        inputs = {"model": paths.MODEL.format(model=wildcards.model), "prompts": prompts}
+        needs = {n for m in self.speed_methods(wildcards) for n in METHOD_INPUTS[m]}
+        if "draft" in needs:
+            inputs["draft"] = paths.MODEL.format(model=self.spec["draft"])
+        for name in sorted(needs & set(INDEX_OF)):
+            corpus, fraction = INDEX_OF[name]
+            index = paths.INDEX.format(model=wildcards.model, corpus=corpus, fraction=fraction)
+            inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
+        return inputs
+
+    def speed_rows(self, main: bool) -> list[dict[str, str]]:
+        """Speed summaries of the main target (Table 4.7) or of the other models (Table 4.8)."""
+        runs = self.spec["speed"]["runs"]
+        return [
+            {
+                "model": model,
+                "bench": bench,
+                "file": paths.SPEED_SUMMARY.format(model=model, bench=bench),
+            }
+            for model in sorted(runs)
+            if (model == self.target) == main
+            for bench in runs[model]["sets"]
+        ]
+
+    # ---- report -------------------------------------------------------------------------------
+    def _paper(self, numbers: range) -> dict[str, list[str]]:
+        return {
+            f"t4_{n}": [str(self.repo / paths.PAPER.format(name=f"thesis_table_4_{n}"))]
+            for n in numbers
+        }
+
+    def _tables(self, numbers: range) -> dict[str, Output]:
+        out = {}
+        for n in numbers:
+            stem = f"results/report/thesis_table_4_{n}"
+            out[f"t4_{n}"] = Output(f"{stem}.csv", f"thesis_table_4_{n}", f"Table 4.{n}")
+            out[f"t4_{n}_md"] = Output(f"{stem}.md")
+        return out
+
+    def report_items(self) -> list[ReportItem]:
+        sweep, main = self.sweep_rows(), self.main_rows()
+        figure = "results/report/thesis_figure_4_1"
+        acceptance = ReportItem(
+            rule="report_spec_acceptance",
+            renderer="spec:render_acceptance",
+            log="logs/report/spec_acceptance.log",
+            category=ACCEPTANCE_CATEGORY,
+            inputs={
+                **self._paper(range(1, 7)),
+                "sweep": [r["rows"] for r in sweep],
+                "stats": [r["stats"] for r in sweep],
+                "main": [r["file"] for r in main],
+            },
+            outputs={
+                **self._tables(range(1, 7)),
+                "f4_1_png": Output(f"{figure}.png", "thesis_figure_4_1", "Figure 4.1"),
+                "f4_1_pdf": Output(f"{figure}.pdf"),
+                "f4_1_csv": Output(f"{figure}.csv"),
+            },
+            params={"sweep": sweep, "main": main, "settings": self.spec["acceptance"]},
+        )
+        main_speed, other = self.speed_rows(True), self.speed_rows(False)
+        sets = self.spec["speed"]["runs"].get(self.target, {}).get("sets", [])
+        labels = {n: s.get("label") or n for n, s in self.spec["speed"]["sets"].items()}
+        speed = ReportItem(
+            rule="report_spec_speed",
+            renderer="spec:render_speed",
+            log="logs/report/spec_speed.log",
+            category=SPEED_CATEGORY,
+            inputs={
+                **self._paper(range(7, 9)),
+                "main": [r["file"] for r in main_speed],
+                "other": [r["file"] for r in other],
+            },
+            outputs=self._tables(range(7, 9)),
+            params={
+                "main": main_speed,
+                "other": other,
+                "labels": labels,
+                "columns": dict(zip(TABLE_4_7_COLUMNS, sets, strict=False)),
+            },
+        )
+        return [acceptance, speed]

@@ -1,0 +1,202 @@
+"""The speculative-decoding stages as functions of files: prompts → responses → indexes →
+acceptance and speed. Each writes its outputs atomically with provenance, so a rule script
+and a notebook call the same code."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoTokenizer
+
+from kvspec.data.records import read_jsonl, write_jsonl
+from kvspec.io import read_json, write_json, write_rows, write_text
+from kvspec.models.load import load_model
+from kvspec.provenance import provenance
+from kvspec.spec.corpora import heldout_items, index_documents
+from kvspec.spec.generate import (
+    config_stops,
+    gather_shards,
+    generate_shard,
+    generation_prompts,
+    shard_slice,
+    stop_ids,
+)
+from kvspec.spec.ngram_index import build_index, open_engine
+from kvspec.spec.prompts import select_prompts
+
+log = logging.getLogger(__name__)
+
+
+def prompts_stage(
+    sources: Mapping[str, str],
+    out: str,
+    *,
+    heldout: Mapping[str, Any],
+    limit: int | None,
+    seed: int,
+) -> None:
+    """SFT prompts of the study from instruction datasets, split into index and held-out."""
+    records = {name: read_jsonl(path, "instruction") for name, path in sources.items()}
+    prompts = select_prompts(records, heldout, seed, limit)
+    write_jsonl(out, prompts)
+    log.info("%d prompts (%d held out)", len(prompts), sum(r["split"] != "index" for r in prompts))
+
+
+def responses_stage(
+    prompts_path: str,
+    model_dir: str,
+    out: str,
+    *,
+    shard: int,
+    shards: int,
+    fraction: float,
+    heldout: bool,
+    max_new_tokens: int,
+    batch_size: int,
+    device: str,
+    dtype: str,
+    threads: int,
+    checkpoint: str | None = None,
+) -> None:
+    """One shard of a model's greedy responses to its share of the prompts."""
+    torch.set_num_threads(threads)
+    prompts = generation_prompts(read_jsonl(prompts_path), fraction, heldout)
+    mine = [prompts[i] for i in shard_slice(len(prompts), shards, shard)]
+    model, tokenizer = load_model(model_dir, dtype=dtype, device=device)
+    generate_shard(model, tokenizer, mine, out, max_new_tokens, batch_size, checkpoint=checkpoint)
+
+
+def gather_stage(shards: Sequence[str], out: str) -> None:
+    """The shards of one model's responses, concatenated in order."""
+    n = gather_shards(list(shards), out)
+    log.info("%d responses gathered from %d shards", n, len(shards))
+
+
+def index_stage(
+    corpus_path: str,
+    model_dir: str,
+    *,
+    corpus: str,
+    fraction: float,
+    out_index: str,
+    out_stats: str,
+    cpus: int,
+) -> None:
+    """An infini-gram index over SFT or target responses; build time, bytes/token, counts."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    vocab = max(AutoConfig.from_pretrained(model_dir).vocab_size, len(tokenizer))
+    stops = config_stops(model_dir, tokenizer)
+    docs = index_documents(read_jsonl(corpus_path), corpus, fraction, tokenizer, stops)
+    stats = build_index(docs, out_index, vocab, tokenizer.eos_token_id, cpus=cpus)
+    log.info("index %s_%s: %s", corpus, fraction, stats)
+    meta = {
+        "corpus": corpus,
+        "fraction": fraction,
+        "vocab_size": vocab,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    write_json(out_stats, {**stats, **meta, "provenance": provenance(meta)})
+
+
+def acceptance_stage(
+    model_dir: str,
+    index_dir: str,
+    index_stats: str,
+    outputs_path: str,
+    out: str,
+    *,
+    heldout: str,
+    responder: str,
+    max_support: int,
+    temperature: float,
+    max_tokens: int,
+    device: str,
+    dtype: str,
+    threads: int,
+) -> None:
+    """Per-position acceptance of one index along one held-out set's responses."""
+    from kvspec.eval.acceptance import acceptance_rows
+
+    torch.set_num_threads(threads)
+    model, tokenizer = load_model(model_dir, dtype=dtype, device=device)
+    stats = read_json(index_stats)
+    engine = open_engine(index_dir, stats["vocab_size"], stats["eos_token_id"], max_support)
+    stops = stop_ids(model, tokenizer)
+    records = read_jsonl(outputs_path)
+    items = heldout_items(records, heldout, responder, tokenizer, stops, max_tokens)
+    rows = acceptance_rows(model, engine, items, temperature)
+    log.info(
+        "%d positions over %d prompts, mean acceptance %.4f",
+        len(rows),
+        len(items),
+        rows["acceptance"].mean(),
+    )
+    prov = provenance(
+        {"index": index_dir, "heldout": heldout, "responder": responder},
+        index=stats["provenance"]["config_hash"],
+    )
+    write_rows(out, rows, prov)
+
+
+def speed_stage(
+    inputs: Mapping[str, str],
+    out_runs: str,
+    out_summary: str,
+    *,
+    model: str,
+    methods: Sequence[str],
+    bench: Mapping[str, Any],
+    decode: Mapping[str, Any],
+    max_new_tokens: int,
+    repeats: int,
+    max_support: int,
+    device: str,
+    dtype: str,
+    seed: int,
+    threads: int,
+) -> None:
+    """Every decoding method on one benchmark set, side by side in this process.
+
+    `inputs` holds `model`, `prompts` and whatever the methods need (`draft`, `index_sft`,
+    `index_target` with their `*_stats`; see `kvspec.spec.methods`).
+    """
+    from kvspec.spec.bench import (
+        Setup,
+        bench_prompts,
+        benchmark_methods,
+        mark_divergence,
+        open_engines,
+        run_benchmark,
+        summarize,
+    )
+
+    torch.set_num_threads(threads)
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
+    draft = (
+        load_model(inputs["draft"], dtype=dtype, device=device)[0] if "draft" in inputs else None
+    )
+    indexes = {
+        name.removeprefix("index_"): (inputs[name], inputs[f"{name}_stats"])
+        for name in ("index_sft", "index_target")
+        if name in inputs
+    }
+    setup = Setup.from_decode(
+        target,
+        stop_ids(target, tokenizer),
+        max_new_tokens,
+        decode,
+        seed=seed,
+        draft=draft,
+        engines=open_engines(indexes, max_support),
+    )
+    prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
+    records = run_benchmark(benchmark_methods(setup, methods, decode["modes"]), prompts, repeats)
+    mark_divergence(target, records, prompts)
+    summary = summarize(records)
+    log.info("\n%s", summary.to_string())
+    meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods}
+    write_json(out_runs, {"records": records, "provenance": provenance(meta)})
+    write_text(out_summary, summary.to_csv(index=False))

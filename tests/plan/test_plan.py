@@ -1,0 +1,119 @@
+"""The experiment plan at ci, mini and paper scale: counts, closure, edit locality."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.plan import Plan
+from kvspec.plan.names import Converted, Healed, Original
+
+from .conftest import SCALES, edited
+
+# Per-rule job counts (snakemake -n) at the three scales, as the workflow ran them before the
+# plan existed; tests/plan/test_contract.py checks the plan against snakemake -n itself.
+EXPECTED_JOBS = {
+    "ci": {"evaluate_lmeval": 21, "evaluate_original": 2, "evaluate_healed": 6,
+           "convert_mla": 22, "convert_allocate": 19, "convert_sensitivity": 5,
+           "convert_factorize": 9, "covariance_collect": 6, "ngram_index": 5,
+           "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4},
+    "config": {"evaluate_lmeval": 52, "evaluate_original": 2, "evaluate_healed": 6,
+               "convert_mla": 52, "convert_allocate": 39, "convert_sensitivity": 16,
+               "convert_factorize": 14, "covariance_collect": 12, "ngram_index": 8,
+               "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8},
+    "paper": {"evaluate_lmeval": 81, "evaluate_original": 2, "evaluate_healed": 6,
+              "convert_mla": 81, "convert_allocate": 42, "convert_sensitivity": 42,
+              "convert_factorize": 17, "covariance_collect": 14, "ngram_index": 9,
+              "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 768,
+              "models_fetch": 9},
+}  # fmt: skip
+TOTALS = {"ci": 156, "config": 269, "paper": 1130}
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_job_counts(plans, scale: str) -> None:
+    jobs = plans[scale].jobs()
+    counts = {rule: len(outs) for rule, outs in jobs.items()}
+    assert {r: counts.get(r, 0) for r in EXPECTED_JOBS[scale]} == EXPECTED_JOBS[scale]
+    assert sum(counts.values()) == TOTALS[scale]
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_report_input_is_planned(plans, scale: str) -> None:
+    """Closure: each file a report item reads is produced by some planned job (or is a
+    transcription of the paper), and every planned evaluation feeds some report item."""
+    plan = plans[scale]
+    produced = plan.outputs()
+    read = set()
+    for item in plan.report_items():
+        for group, files in item.inputs.items():
+            for f in files:
+                if "config/paper_results" in f:
+                    continue
+                read.add(f)
+                assert f in produced, f"{item.rule} reads {f} ({group}), not planned"
+    jobs = plan.jobs()
+    evaluations = {*jobs["evaluate_lmeval"], *jobs["evaluate_original"], *jobs["evaluate_healed"]}
+    assert evaluations <= read, f"orphan evaluations: {sorted(evaluations - read)[:3]}"
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_targets_are_datasets_models_and_report_outputs(plans, configs, scale: str) -> None:
+    plan = plans[scale]
+    targets = plan.targets()
+    assert len(targets) == len(set(targets))
+    assert {f"results/data/{d}.jsonl" for d in configs[scale]["data"]["datasets"]} <= set(targets)
+    assert "results/report/thesis_table_3_1.csv" in targets
+    assert "results/report/thesis_table_4_7.md" in targets
+
+
+def test_columns_of_each_evaluation(plans) -> None:
+    """Tables 3.1/3.2 rows get every column; an ablation-only variant only its table's."""
+    plan = plans["config"]
+    cols = plan.evaluate.columns
+    every = set(plan.config["eval"]["tasks"])
+    for row in plan.care.table_rows("target"):
+        assert cols[("target", row["variant"])] == every
+    only_3_4 = [r["variant"] for r in plan.care.table_3_4_rows() if r["label"] == "c4"]
+    assert cols[("target", only_3_4[0])] == set(plan.config["care"]["table_3_4"]["columns"])
+    assert cols[("target", Healed("svd", 49152))] == every
+    assert cols[("target", Original())] == every
+
+
+def test_adding_one_rank_adds_exactly_its_variants(configs, schema, plans) -> None:
+    before = plans["ci"]
+    after = edited(configs["ci"], schema, "care", "ranks", "fractions", [0.125, 0.5, 1.0])
+    new = set(after.evaluate.columns) - set(before.evaluate.columns)
+    # one rank x three methods x two table models; nothing removed
+    assert len(new) == 6 and set(before.evaluate.columns) <= set(after.evaluate.columns)
+    assert {v.plan.value for _, v in new} == {16}  # 0.5 of g_h·d_h = 32
+    grew = {r for r, jobs in after.jobs().items() if len(jobs) != len(before.jobs()[r])}
+    assert grew == {"evaluate_lmeval", "convert_mla", "convert_allocate"}
+
+
+def test_changing_a_tables_columns_changes_only_its_evaluations(configs, schema, plans) -> None:
+    before = plans["config"]
+    after = edited(configs["config"], schema, "care", "table_3_5", "columns", ["wiki", "arc"])
+    changed = {k for k in before.evaluate.columns
+               if before.evaluate.columns[k] != after.evaluate.columns.get(k)}  # fmt: skip
+    assert changed and set(after.evaluate.columns) == set(before.evaluate.columns)
+    t35 = {("target", r["variant"]) for r in before.care.table_3_5_rows()}
+    assert changed <= t35
+
+
+def test_rows_mean_what_they_say(plans) -> None:
+    """Report params carry each row's meaning, so the renderer never parses paths."""
+    item = plans["config"].report_item("report_care_table_3_4")
+    row = item.params["rows"][0]
+    assert Converted.parse(row["variant"]).factors.calib.label == row["label"]
+    assert row["file"] == f"results/evaluate/target/{row['variant']}.json"
+    speed = plans["config"].report_item("report_spec_speed")
+    assert {r["model"] for r in speed.params["main"]} == {"target"}
+    assert speed.params["columns"] == {"humaneval": "humaneval", "sft_coding": "python"}
+
+
+def test_stages_off_when_absent(configs, schema) -> None:
+    cfg = dict(configs["ci"], care=None, spec=None)
+    plan = Plan(cfg)
+    assert plan.care is None and plan.heal is None and plan.spec is None
+    assert {i.rule for i in plan.report_items()} == {
+        "report_table_2_1", "data_sources", "report_pretrain"}  # fmt: skip

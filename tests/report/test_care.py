@@ -1,0 +1,80 @@
+"""CARE report items from synthetic evaluation records: row matching, ordering, averages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvspec.report.care import metric_row, render
+
+from ..conftest import REPO
+
+PAPER = REPO / "config" / "paper_results"
+
+
+def _record(path: Path, save: float, acc: float, ppl: float, cols=("arc", "piqa")) -> str:
+    metrics = {"wiki": {"metric": "word_perplexity", "value": ppl, "task": "w", "n": 1}}
+    metrics |= {c: {"metric": "acc", "value": acc, "task": c, "n": 10} for c in cols}
+    path.write_text(json.dumps({"model": "target", "kv_save_pct": save, "metrics": metrics}))
+    return str(path)
+
+
+def test_metric_row_percent_and_average() -> None:
+    rec = {"metrics": {"wiki": {"metric": "word_perplexity", "value": 12.5},
+                       "arc": {"metric": "acc", "value": 0.25},
+                       "wg": {"metric": "acc", "value": 0.75}}}  # fmt: skip
+    assert metric_row(rec) == {"wiki_ppl": 12.5, "arc": 25.0, "wg": 75.0, "avg": 50.0}
+    assert metric_row(rec, "ppl", columns=["wiki", "arc"]) == {
+        "ppl": 12.5,
+        "arc": 25.0,
+        "avg": 25.0,
+    }
+
+
+def test_table_3_1_rows_match_on_kv_saving(tmp_path: Path) -> None:
+    rows = [
+        {"label": "GQA (Original)", "rank": None, "file": _record(tmp_path / "o.json", 0, 0.5, 10)}
+    ]
+    for method, acc in (("svd-uniform", 0.2), ("care-waterfill", 0.4)):
+        f = _record(tmp_path / f"{method}.json", 93.75, acc, 100)
+        rows.append({"label": method, "rank": 8, "file": f})
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    render(
+        {"name": "table_3_1", "rows": rows}, {"paper": [str(PAPER / "thesis_table_3_1.csv")]}, out
+    )
+    df = pd.read_csv(out["csv"], dtype={"kv_save_pct": str})
+    assert df["method"].iloc[0] == "GQA (Original)" and df["kv_save_pct"].iloc[0] == "0.00"
+    assert df["wiki_ppl (paper)"].iloc[0] == pytest.approx(6.82)
+    care = df[(df["method"] == "CARE-E") & (df["kv_save_pct"] == "93.75")].iloc[0]
+    assert care["rank (ours)"] == 8 and care["rank (paper)"] == 64
+    assert care["arc (ours)"] == pytest.approx(40.0) and care["arc (paper)"] == pytest.approx(19.45)
+    assert care["avg (ours)"] == pytest.approx(40.0)
+    assert pd.isna(care["hs (ours)"]) and "HellaSwag" in Path(out["md"]).read_text()
+    group = df[df["kv_save_pct"] == "93.75"]["method"].tolist()
+    assert group == ["SVD", "ASVD", "CARE-E"]  # thesis order within a rank group
+
+
+def test_table_3_5_uses_only_its_columns(tmp_path: Path) -> None:
+    rows = [
+        {"label": alloc, "rank": 8, "file": _record(tmp_path / f"{alloc}.json", 93.75, acc, 50,
+                                                    cols=("arc", "piqa", "mmlu"))}
+        for alloc, acc in (("uniform", 0.3), ("waterfill", 0.5))
+    ]  # fmt: skip
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    item = {"name": "table_3_5", "rows": rows, "columns": ["wiki", "arc"]}
+    render(item, {"paper": [str(PAPER / "thesis_table_3_5.csv")]}, out)
+    df = pd.read_csv(out["csv"], dtype={"kv_save_pct": str})
+    ours = df[df["rank (ours)"].notna()]
+    assert list(ours["strategy"]) == ["CARE-U", "CARE-E"]
+    assert ours["piqa (ours)"].isna().all()  # evaluated, but not a configured column
+    assert list(ours["avg (ours)"]) == pytest.approx([30.0, 50.0])
+    paper_u = df[(df["strategy"] == "CARE-U") & (df["kv_save_pct"] == "93.75")].iloc[0]
+    assert paper_u["wiki_ppl (paper)"] == pytest.approx(693.82)
+
+
+def test_unknown_item_raises(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown CARE report item"):
+        render({"name": "table_9_9"}, {}, {})

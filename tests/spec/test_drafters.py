@@ -1,0 +1,155 @@
+"""Drafters: inf_nkt equals sequential infgram_ntd, prompt lookup, draft-model caching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaForCausalLM
+
+from kvspec.spec.decode import greedy_generate
+from kvspec.spec.drafters import (
+    DraftModelDrafter,
+    InfiniGramDrafter,
+    PromptLookupDrafter,
+    greedy_token,
+    ntd_counts,
+    sequential_infgram_draft,
+)
+from kvspec.spec.ngram_index import build_index, open_engine
+
+from ..tiny import tiny_llama
+
+
+def _corpus(seed: int, vocab: int, n_docs: int, eos_suffix: int | None) -> list[list[int]]:
+    """Random documents over a small vocabulary (many repeats); optionally each ends in eos."""
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, vocab, rng.integers(1, 40)).tolist() for _ in range(n_docs)]
+    return [d + [eos_suffix] for d in docs] if eos_suffix is not None else docs
+
+
+def _engine(tmp_path, docs, vocab_size, eos, max_support=1000):
+    build_index(docs, tmp_path / "idx", vocab_size=vocab_size, eos_token_id=eos)
+    return open_engine(tmp_path / "idx", vocab_size, eos, max_support=max_support)
+
+
+@pytest.mark.parametrize(
+    ("seed", "vocab", "n_docs", "max_support", "eos_ends_docs"),
+    [
+        (0, 4, 10, 1000, False),  # whole corpus under max_support: pure filtering
+        (1, 6, 150, 1000, False),
+        (2, 5, 150, 16, False),  # frequent suffixes exceed max_support: engine steps
+        (3, 3, 400, 64, True),  # every document ends with a real eos token
+    ],
+)
+def test_inf_nkt_equals_sequential_infgram_ntd(
+    tmp_path, seed, vocab, n_docs, max_support, eos_ends_docs
+):
+    eos = vocab  # never a regular token: see InfiniGramDrafter on the engine's eos quirk
+    docs = _corpus(seed, vocab, n_docs, eos if eos_ends_docs else None)
+    engine = _engine(tmp_path, docs, vocab + 1, eos, max_support)
+    drafter = InfiniGramDrafter(engine)
+    engine_steps = []
+    step = drafter._engine_step
+    drafter._engine_step = lambda match: engine_steps.append(1) or step(match)
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(60):
+        context = rng.integers(0, vocab, rng.integers(0, 25)).tolist()
+        k = int(rng.integers(1, 17))
+        draft = drafter.propose(context, k)
+        assert draft.tokens == sequential_infgram_draft(engine, context, k)
+        first = engine.infgram_ntd(context)
+        assert draft.match_len == first["suffix_len"]
+        assert draft.match_count == first["prompt_cnt"]
+        assert draft.q == [{t: 1.0} for t in draft.tokens]
+        assert draft.dists[0] == pytest.approx(
+            {t: r["prob"] for t, r in first["result_by_token_id"].items()}
+        )
+    if max_support < 1000:  # frequent suffixes went through the engine
+        assert engine_steps
+    if n_docs == 10:  # the whole corpus fits under max_support
+        assert not engine_steps
+
+
+def test_continuations_match_engine_documents(tmp_path):
+    docs = _corpus(5, 4, 40, None)
+    engine = _engine(tmp_path, docs, 5, 4)
+    drafter = InfiniGramDrafter(engine)
+    match = drafter.longest_suffix([1, 2])
+    conts = drafter.continuations(match, 6)  # (count, 6)
+    lo, _ = match.segments[0]
+    for i in range(match.count):
+        doc = engine.get_doc_by_rank_2(s=0, rank=lo + i, needle_len=2 + 6, max_ctx_len=0)
+        after = doc["token_ids"][2:]
+        expected = after + [-1] * (6 - len(after))
+        assert conts[i].tolist() == expected
+
+
+def test_confidence_cutoff_stops_drafting(tmp_path):
+    engine = _engine(tmp_path, _corpus(6, 4, 100, None), 5, 4)
+    full = InfiniGramDrafter(engine)
+    cut = InfiniGramDrafter(engine, confidence=0.6)
+    rng = np.random.default_rng(7)
+    shorter = 0
+    for _ in range(40):
+        context = rng.integers(0, 4, 6).tolist()
+        a, b = full.propose(context, 8), cut.propose(context, 8)
+        assert b.tokens == a.tokens[: len(b.tokens)]
+        assert all(max(d.values()) >= 0.6 for d in b.dists)
+        if len(b.tokens) < len(a.tokens):
+            assert max(a.dists[len(b.tokens)].values()) < 0.6
+            shorter += 1
+    assert shorter > 0
+
+
+def test_sampled_infgram_draft_is_seeded_and_in_support(tmp_path):
+    engine = _engine(tmp_path, _corpus(8, 4, 100, None), 5, 4)
+    one, two = (InfiniGramDrafter(engine, sample=True, seed=3) for _ in range(2))
+    context = [0, 1, 2]
+    a, b = one.propose(context, 8), two.propose(context, 8)
+    assert a.tokens == b.tokens
+    assert a.q == a.dists
+    assert all(t in d for t, d in zip(a.tokens, a.q, strict=True))
+
+
+def test_greedy_token_tie_breaks_to_smallest_id():
+    assert greedy_token({5: 2, 3: 2, 9: 1}) == 3
+    assert ntd_counts({"result_by_token_id": {2: {"cont_cnt": 4, "prob": 1.0}}}) == {2: 4}
+
+
+def test_prompt_lookup_copies_latest_match():
+    drafter = PromptLookupDrafter(max_ngram=3)
+    context = [1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 6, 1, 2, 3]
+    draft = drafter.propose(context, 3)
+    assert draft.tokens == [7, 8, 6]
+    assert (draft.match_len, draft.match_count) == (3, 2)
+    assert draft.q == [{7: 1.0}, {8: 1.0}, {6: 1.0}]
+    assert drafter.propose([4, 1, 2, 9, 2], 2).tokens == [9, 2]  # backs off to a 1-gram
+    assert drafter.propose([1, 2, 3], 4).tokens == []
+
+
+def _tiny_llama(seed: int) -> LlamaForCausalLM:
+    return tiny_llama(seed)
+
+
+def test_draft_model_greedy_matches_greedy_decoding_and_reuses_cache():
+    model = _tiny_llama(0)
+    drafter = DraftModelDrafter(model)
+    context = [3, 14, 15, 9, 26]
+    draft = drafter.propose(context, 6)
+    assert draft.tokens == greedy_generate(model, context, 6)
+    assert torch.equal(draft.q.sum(-1), torch.ones(6, dtype=draft.q.dtype))
+    longer = context + draft.tokens[:3] + [7]  # accepted 3, then a correction
+    again = drafter.propose(longer, 4)
+    assert drafter.cache.get_seq_length() == len(longer) + 3  # context, then 3 fed drafts
+    assert again.tokens == greedy_generate(model, longer, 4)
+
+
+def test_draft_model_sampling_reports_its_distribution():
+    model = _tiny_llama(1)
+    drafter = DraftModelDrafter(model, sample=True, temperature=0.8, seed=0, q_format="dict")
+    draft = drafter.propose([1, 2, 3], 5)
+    assert len(draft.tokens) == 5
+    for token, q in zip(draft.tokens, draft.q, strict=True):
+        assert q[token] > 0
+        assert sum(q.values()) == pytest.approx(1.0)

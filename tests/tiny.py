@@ -1,0 +1,33 @@
+"""Tiny random-init models shared by the unit tests (seeded, CPU, milliseconds to build)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(
+    seed: int,
+    *,
+    vocab: int = 64,
+    hidden: int = 32,
+    intermediate: int = 64,
+    layers: int = 2,
+    double: bool = True,
+    **overrides,
+) -> LlamaForCausalLM:
+    """A GQA Llama (4 query / 2 KV heads) in eval mode; float64 by default, so batched and
+    one-token forwards agree on every argmax."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **overrides,
+    )
+    model = LlamaForCausalLM(config)
+    return (model.double() if double else model).eval()

@@ -1,0 +1,73 @@
+"""Healing stages (Table 3.3) in the ci-scale run: restored students, budgets, report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from ..conftest import REPO, planned_jobs, shared_mirror, snakemake
+
+pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mirror not present")
+METHODS = ["svd", "transmla", "transmla-care"]
+BUDGETS = [256, 768]  # config/ci.yaml care.heal.train.budgets
+
+
+def test_every_student_has_a_checkpoint_per_budget_at_the_same_cache(ci_run: Path) -> None:
+    root = ci_run / "results"
+    for method in METHODS:
+        for budget in BUDGETS:
+            rec = json.loads(
+                (root / f"evaluate/target/heal-{method}/tokens-{budget}.json").read_text()
+            )
+            # ci target: 2 layers, g_h·d_h = 32, rank 16 -> 2·16 numbers per token and layer
+            assert rec["kv_cached_per_token"] == 2 * 2 * 16, (method, budget)
+            assert rec["kv_save_pct"] == pytest.approx(50.0)
+        stats = json.loads((root / f"heal/target/{method}/stats.json").read_text())
+        assert stats["budget_steps"] == {"256": 1, "768": 3}
+
+
+def test_restored_students_load_as_deepseek_v3(ci_run: Path) -> None:
+    from transformers import AutoConfig
+
+    for method in ("transmla", "transmla-care"):
+        for path in (f"init/{method}", f"{method}/tokens-768"):
+            cfg = AutoConfig.from_pretrained(ci_run / "results/heal/target" / path)
+            assert cfg.model_type == "deepseek_v3"
+            assert cfg.kv_lora_rank + cfg.qk_rope_head_dim == 32
+
+
+def test_curves_start_before_healing_and_end_at_the_last_budget(ci_run: Path) -> None:
+    curves = pd.read_csv(ci_run / "results/report/heal_convergence.csv")
+    for _, curve in curves.groupby("method"):
+        assert curve["tokens"].iloc[0] == 0 and curve["tokens"].iloc[-1] == BUDGETS[-1]
+        assert curve["val_ppl"].notna().all() and curve["teacher_val_ppl"].nunique() == 1
+    assert set(curves["method"]) == {"SVD", "TransMLA", "CARE(E) Init"}
+
+
+def test_table_3_3_has_ours_beside_the_paper(ci_run: Path) -> None:
+    df = pd.read_csv(ci_run / "results/report/thesis_table_3_3.csv")
+    assert list(df["method"].unique()) == ["GQA (Original)", "SVD", "TransMLA", "CARE(E) Init"]
+    healed = df[df["method"] != "GQA (Original)"]
+    assert len(healed) == 6
+    assert healed["arc (ours)"].notna().all() and healed["arc (paper)"].notna().all()
+    assert healed["tokens (ours)"].tolist() == BUDGETS * 3
+    assert (healed["kv_save_pct (ours)"] == 50.0).all()
+
+
+def test_changing_a_budget_reruns_healing_but_not_restoration(ci_run: Path, tmp_path: Path) -> None:
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["care"]["heal"]["train"]["budgets"] = [256, 512]
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
+    assert jobs == {
+        "heal_train": 3,
+        "evaluate_healed": 6,
+        "report_heal_table_3_3": 1,
+        "report_heal_convergence": 1,
+        "all": 1,
+    }
