@@ -22,10 +22,14 @@ def load_yaml(path: str | Path) -> Any:
 
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    """For oneOf/anyOf failures, the sub-error that got furthest into the config."""
+    """For oneOf/anyOf failures, the sub-error that got furthest into the config; at equal
+    depth one that is not a type mismatch (for `null`-or-object keys, the object's error)."""
     if not error.context:
         return error
-    return max((_deepest(e) for e in error.context), key=lambda e: len(e.absolute_path))
+    return max(
+        (_deepest(e) for e in error.context),
+        key=lambda e: (len(e.absolute_path), e.validator != "type"),
+    )
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:

