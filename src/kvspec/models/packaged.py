@@ -34,7 +34,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from kvspec.io import atomic_path, provenance
+from kvspec.io import atomic_path
+from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,10 @@ class BasePlan:
         self.config, self.repo = config, repo
         self.datasets: list[str] = sorted(config["data"]["datasets"])
         self.models: list[str] = sorted(config["models"])
-        self.pretrained = [m for m in self.models if config["models"][m]["pretrain"]]
-        self.hub_models = [m for m in self.models if not config["models"][m]["pretrain"]]
+        declared = config["models"]
+        self.pretrained = [m for m in self.models if declared[m].get("pretrain")]
+        self.hub_models = [m for m in self.models if declared[m].get("hub")]
+        self.packaged = [m for m in self.models if declared[m].get("gguf")]
 
     def dataset_decl(self, wildcards: Any) -> dict[str, Any]:
         """A dataset's declaration, less its free-text note (editing a note reruns nothing)."""

