@@ -33,3 +33,13 @@ rule all:
     default_target: True
     input:
         PLAN.targets(),
+
+
+# `snakemake <document>` renders one source document's tables and figures (e.g. `thesis`).
+for document in PLAN.documents():
+
+    rule:
+        name:
+            document
+        input:
+            PLAN.targets(document),

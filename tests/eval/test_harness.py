@@ -77,6 +77,11 @@ def test_every_column_scored_within_limits(tiny, data) -> None:
         assert 0.0 <= out[col]["value"] <= 1.0
     assert out["mmlu"]["value"] in (0.0, 1.0)  # four identical questions: all right or all wrong
     assert math.isfinite(out["wiki"]["value"]) and out["wiki"]["value"] > 1.0
+    for col in ("arc", "mmlu", "wg"):  # per-document scores average to the reported value
+        per_doc = out[col]["per_doc"]
+        assert len(per_doc) == out[col]["n"] and set(per_doc.values()) <= {0.0, 1.0}
+        assert sum(per_doc.values()) / len(per_doc) == pytest.approx(out[col]["value"])
+    assert out["wiki"]["per_doc"] is None  # perplexity aggregates, no per-document number
     again = evaluate(model, tok, _specs(data), TASK_DIR, batch_size=2, seed=0)
     assert {c: r["value"] for c, r in again.items()} == pytest.approx(
         {c: r["value"] for c, r in out.items()}, rel=1e-4

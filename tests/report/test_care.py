@@ -78,3 +78,33 @@ def test_table_3_5_uses_only_its_columns(tmp_path: Path) -> None:
 def test_unknown_item_raises(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown CARE report item"):
         render({"name": "table_9_9"}, {}, {})
+
+
+def _with_docs(path: Path, save: float, answers: list[int], ppl: float) -> str:
+    """An evaluation with per-document ARC scores (for paired differences)."""
+    docs = {f"arc/{i}": float(a) for i, a in enumerate(answers)}
+    arc = {"metric": "acc", "value": sum(answers) / len(answers), "stderr": 0.1, "task": "arc",
+           "n": len(answers), "per_doc": docs}  # fmt: skip
+    wiki = {"metric": "word_perplexity", "value": ppl, "stderr": None, "task": "w", "n": 1}
+    path.write_text(json.dumps({"model": "target", "kv_save_pct": save,
+                                "metrics": {"wiki": wiki, "arc": arc}}))  # fmt: skip
+    return str(path)
+
+
+def test_table_3_1_paired_differences(tmp_path: Path) -> None:
+    rows = [{"label": "GQA (Original)", "rank": None,
+             "file": _with_docs(tmp_path / "o.json", 0, [1, 1, 1, 1], 10)}]  # fmt: skip
+    for label, answers, ppl in (("svd-uniform", [0, 0, 1, 0], 40.0),
+                                ("asvd-uniform", [1, 0, 1, 1], 20.0),
+                                ("care-waterfill", [1, 1, 1, 1], 10.0)):  # fmt: skip
+        rows.append({"label": label, "rank": 8,
+                     "file": _with_docs(tmp_path / f"{label}.json", 93.75, answers, ppl)})  # fmt: skip
+    out = {k: str(tmp_path / f"t.{k}") for k in ("csv", "md", "paired_csv", "paired_md")}
+    render({"name": "table_3_1", "rows": rows},
+           {"paper": [str(PAPER / "thesis_table_3_1.csv")]}, out)  # fmt: skip
+    paired = pd.read_csv(out["paired_csv"]).set_index("comparison")
+    assert paired.loc["CARE-E − SVD", "arc diff"] == "+75.00 ± 25.00"
+    assert paired.loc["CARE-E − ASVD", "arc diff"] == "+25.00 ± 25.00"
+    assert paired.loc["CARE-E − SVD", "wiki ppl ratio"] == pytest.approx(0.25)
+    assert "10 ± 0.1" not in Path(out["md"]).read_text()  # perplexity shows no error
+    assert "100 ± 10" in Path(out["md"]).read_text()  # ARC 100% ± 10 points

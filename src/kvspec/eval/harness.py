@@ -155,11 +155,11 @@ def evaluate(
     manager = TaskManager(include_path=str(task_dir), include_defaults=builtin)
     requests = _task_requests(specs, task_dir)
     samples: dict[str, list[int]] = {}
-    counts: dict[str, int] = {}
+    leaves: dict[str, list[str]] = {}
     for col, request in requests.items():
         chosen = _seeded_samples(_leaf_tasks(manager.load([request])), specs[col].limit, seed)
         samples.update(chosen)
-        counts[col] = sum(len(v) for v in chosen.values())
+        leaves[col] = sorted(chosen)
     lm = HFLM(
         pretrained=model,
         tokenizer=tokenizer,
@@ -173,7 +173,7 @@ def evaluate(
         tasks=list(requests.values()),
         task_manager=manager,
         samples=samples,
-        log_samples=False,
+        log_samples=True,  # per-document scores, for paired comparisons between variants
         bootstrap_iters=1000,
         random_seed=seed,
         numpy_random_seed=seed,
@@ -189,6 +189,22 @@ def evaluate(
             "value": value,
             "stderr": stderr,
             "task": name,
-            "n": counts[col],
+            "n": sum(len(samples[leaf]) for leaf in leaves[col]),
+            "per_doc": per_document(out["samples"], leaves[col], specs[col].metric),
         }
     return records
+
+
+def per_document(
+    logged: Mapping[str, list[Mapping[str, Any]]], leaves: list[str], metric: str
+) -> dict[str, float] | None:
+    """Each evaluated document's score ("<task>/<doc id>" -> e.g. 0/1 accuracy), so that two
+    variants scored on the same documents can be compared pairwise; None for metrics that are
+    not per-document numbers (perplexities aggregate (loglikelihood, words) pairs)."""
+    scores = {
+        f"{leaf}/{sample['doc_id']}": float(sample[metric])
+        for leaf in leaves
+        for sample in logged.get(leaf, [])
+        if isinstance(sample.get(metric), int | float)
+    }
+    return scores or None

@@ -53,14 +53,21 @@ class Plan:
     def report_item(self, rule: str) -> ReportItem:
         return next(i for i in self.report_items() if i.rule == rule)
 
-    def targets(self) -> list[str]:
-        """Every final product: normalized datasets, models, and every report output."""
+    def documents(self) -> list[str]:
+        """The source documents with report items at this scale (each is a target rule)."""
+        return sorted({item.document for item in self._items})
+
+    def targets(self, document: str | None = None) -> list[str]:
+        """Every final product (datasets, models, report outputs), or one document's items."""
         from kvspec.plan import paths
 
+        items = [i for i in self._items if document in (None, i.document)]
+        if document is not None:
+            return [f for item in items for f in item.output_files()]
         return [
             *(paths.DATA.format(dataset=d) for d in self.base.datasets),
             *(paths.MODEL.format(model=m) for m in self.base.models),
-            *(f for item in self.report_items() for f in item.output_files()),
+            *(f for item in items for f in item.output_files()),
         ]
 
     def jobs(self) -> dict[str, dict[str, tuple[str, ...]]]:

@@ -220,6 +220,9 @@ class CarePlan:
             if name in TABLES
             else figure_outputs(stem, LABELS[name])
         )
+        if name in ("table_3_1", "table_3_2"):  # CARE-E vs SVD and ASVD, paired differences
+            paired = table_outputs(f"{stem}_paired", label=f"{LABELS[name]}, paired differences")
+            outputs |= {"paired_csv": paired["csv"], "paired_md": paired["md"]}
         return ReportItem(
             rule=f"report_care_{name}",
             renderer="care:render",

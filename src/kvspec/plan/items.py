@@ -34,6 +34,7 @@ class ReportItem:
     inputs: dict[str, list[str]]
     outputs: dict[str, Output]
     params: dict[str, Any] = field(default_factory=dict)
+    document: str = "thesis"  # the source document (`snakemake <document>` renders its items)
 
     def input_files(self) -> list[str]:
         return [f for files in self.inputs.values() for f in files]

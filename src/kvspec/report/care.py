@@ -9,6 +9,7 @@ the stand-in models have a smaller g_h·d_h than the thesis's (1024) but the sam
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,13 @@ from matplotlib.ticker import MaxNLocator
 
 from kvspec.io import read_json
 from kvspec.report.figures import plt, save_figure  # figures selects the headless backend
+from kvspec.report.stats import (
+    PPL_METRICS,
+    add_stderr,
+    display_with_stderr,
+    paired_difference,
+    stderr_row,
+)
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
 
 # g_h·d_h of both thesis models (Llama-3.1-8B and Qwen3-4B: 8 KV heads x 128), thesis 3.2.1
@@ -43,7 +51,6 @@ TASK_NAMES = {
     "ra": "RACE",
     "wg": "WinoGrande",
 }
-PPL_METRICS = ("word_perplexity", "byte_perplexity")
 
 
 def _save_pct(value: float) -> str:
@@ -111,29 +118,75 @@ def main_table(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFr
     ppl_col = "wiki_ppl" if "wiki_ppl" in paper.columns else "ppl"
     metrics = [c for c in paper.columns if c not in ("rank", "kv_save_pct", "method")]
     records = _records(item["rows"])
-    ours = []
+    ours, errors = [], []
     for row, rec in zip(item["rows"], records, strict=True):
         original = row["rank"] is None
-        ours.append(
-            {
-                "method": "GQA (Original)" if original else METHOD_LABELS[row["label"]],
-                "kv_save_pct": _save_pct(0.0 if original else rec["kv_save_pct"]),
-                "rank": row["rank"],
-                **metric_row(rec, ppl_col),
-            }
-        )
+        key = {
+            "method": "GQA (Original)" if original else METHOD_LABELS[row["label"]],
+            "kv_save_pct": _save_pct(0.0 if original else rec["kv_save_pct"]),
+        }
+        ours.append({**key, "rank": row["rank"], **metric_row(rec, ppl_col)})
+        errors.append({**key, **stderr_row(rec, ppl_col)})
     ours_df = pd.DataFrame(ours).reindex(columns=["method", "kv_save_pct", "rank", *metrics])
     paper = _paper_numeric(paper, ["rank", *metrics])
     paper.loc[paper["method"] == "GQA (Original)", "kv_save_pct"] = _save_pct(0.0)
     paper.loc[paper["method"] == "GQA (Original)", "rank"] = np.nan
     df = side_by_side(ours_df, paper, ["method", "kv_save_pct"], ["rank", *metrics])
     df = _ordered(df, "method", list(METHOD_LABELS.values()))
+    df = add_stderr(df, pd.DataFrame(errors), ["method", "kv_save_pct"])
     notes = _eval_notes(records, metrics, meta) + [
         "The thesis prints the GQA baseline inside its first rank group; here it is the KV "
-        "save 0.00 row (no compression)."
+        "save 0.00 row (no compression).",
+        "Ours: value ± lm-eval's standard error (CSV: the `stderr (ours)` columns); avg's "
+        "error treats the tasks as independent.",
     ]
-    write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes)
+    shown = display_with_stderr(df)
+    write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes, shown=shown)
+    if "paired_csv" in outputs:
+        paired_table(item["rows"], records, outputs, meta["table"][0])
     return df
+
+
+COMPARED = ("care-waterfill", [("svd-uniform", "SVD"), ("asvd-uniform", "ASVD")])
+
+
+def paired_table(
+    rows: list[dict], records: list[dict], outputs: dict[str, str], title: str
+) -> pd.DataFrame:
+    """CARE-E minus SVD and minus ASVD at each rank: accuracy differences (points) over the
+    same documents, with paired standard errors, and the perplexity ratio."""
+    by_key = {(r["label"], r["rank"]): rec for r, rec in zip(rows, records, strict=True)}
+    ours, others = COMPARED
+    out = []
+    for rank in sorted({r["rank"] for r in rows if r["label"] == ours}):
+        care = by_key[(ours, rank)]
+        for label, name in others:
+            if (label, rank) not in by_key:
+                continue
+            other = by_key[(label, rank)]
+            diff = paired_difference(care, other)
+            row = {"rank": rank, "comparison": f"CARE-E − {name}"}
+            row |= {f"{c} diff": f"{m:+.2f} ± {se:.2f}" for c, (m, se, _) in diff.items()}
+            mean, se, _ = diff.get("avg", (math.nan, math.nan, 0))
+            row["avg diff / se"] = mean / se if se else math.nan
+            row["wiki ppl ratio"] = _ppl(care) / _ppl(other)
+            out.append(row)
+    df = pd.DataFrame(out)
+    notes = [
+        "Differences in accuracy points, CARE-E minus the other method, over the documents "
+        "both were scored on; ± is the paired standard error (std of per-document "
+        "differences / sqrt(n)); avg averages the task differences (independent tasks).",
+        "avg diff / se > 2: CARE-E ahead beyond two standard errors; < -2: behind.",
+        "wiki ppl ratio < 1: CARE-E has the lower WikiText-2 word perplexity (no error given).",
+    ]
+    heading = f"{title.split(' - ')[0]}: CARE-E vs SVD and ASVD, paired differences"
+    write_table(df, outputs["paired_csv"], outputs["paired_md"], heading, notes)
+    return df
+
+
+def _ppl(record: dict) -> float:
+    m = record["metrics"].get("wiki")
+    return m["value"] if m else math.nan
 
 
 def _ordered(df: pd.DataFrame, key: str, order: list[str]) -> pd.DataFrame:
@@ -174,13 +227,18 @@ def _ablation_table(
         }
         for row, rec in zip(item["rows"], records, strict=True)
     ]
+    errors = [
+        {k: o[k] for k in (key, "kv_save_pct")} | stderr_row(rec, columns=item["columns"])
+        for o, rec in zip(ours, records, strict=True)
+    ]
     ours_df = pd.DataFrame(ours).reindex(columns=[key, "kv_save_pct", "rank", *metrics])
     paper = _paper_with_save(paper, metrics)
     df = side_by_side(ours_df, paper, [key, "kv_save_pct"], ["rank", *metrics])
     df = _ordered(df, key, [*CALIB_LABELS.values(), *STRATEGY_LABELS.values()])
-    write_table(
-        df, outputs["csv"], outputs["md"], meta["table"][0], _eval_notes(records, metrics, meta)
-    )
+    df = add_stderr(df, pd.DataFrame(errors), [key, "kv_save_pct"])
+    notes = _eval_notes(records, metrics, meta) + ["Ours: value ± lm-eval's standard error."]
+    shown = display_with_stderr(df)
+    write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes, shown=shown)
     return df
 
 

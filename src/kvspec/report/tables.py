@@ -50,11 +50,18 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
 
 
 def write_table(
-    df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, title: str, notes: list[str]
+    df: pd.DataFrame,
+    csv_path: str | Path,
+    md_path: str | Path,
+    title: str,
+    notes: list[str],
+    shown: pd.DataFrame | None = None,
 ) -> None:
-    """Write `df` as CSV and as Markdown with a title and notes (source, provenance)."""
+    """Write `df` as CSV and as Markdown (`shown`, e.g. values with their errors, if given)
+    with a title and notes (source, provenance)."""
     write_text(csv_path, df.to_csv(index=False))
-    lines = [f"# {title}", "", *[f"- {n}" for n in notes], "", to_markdown(df)]
+    body = to_markdown(df if shown is None else shown)
+    lines = [f"# {title}", "", *[f"- {n}" for n in notes], "", body]
     write_text(md_path, "\n".join(lines))
 
 

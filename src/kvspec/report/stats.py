@@ -1,0 +1,93 @@
+"""Uncertainty of our measurements: lm-eval standard errors per cell, and paired differences
+between two model variants scored on the same documents (the comparisons the thesis makes)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+PPL_METRICS = ("word_perplexity", "byte_perplexity")
+SE = " stderr (ours)"
+
+
+def _accuracy_columns(record: Mapping[str, Any], columns: Sequence[str] | None) -> list[str]:
+    return [
+        col
+        for col, m in record["metrics"].items()
+        if m["metric"] not in PPL_METRICS and (columns is None or col in columns)
+    ]
+
+
+def stderr_row(
+    record: Mapping[str, Any], ppl_column: str = "wiki_ppl", columns: Sequence[str] | None = None
+) -> dict[str, float]:
+    """lm-eval's standard error of each measured column, in the table's units (accuracy in
+    points), and of `avg` (mean of independent task means: sqrt(sum se^2) / k)."""
+    row: dict[str, float] = {}
+    for col, m in record["metrics"].items():
+        if columns is not None and col not in columns:
+            continue
+        se = m.get("stderr")
+        scale = 1.0 if m["metric"] in PPL_METRICS else 100.0
+        row[ppl_column if col == "wiki" else col] = scale * se if se is not None else math.nan
+    accs = [row[c] for c in _accuracy_columns(record, columns)]
+    row["avg"] = math.sqrt(sum(se**2 for se in accs)) / len(accs) if accs else math.nan
+    return row
+
+
+def paired_difference(
+    a: Mapping[str, Any], b: Mapping[str, Any], columns: Sequence[str] | None = None
+) -> dict[str, tuple[float, float, int]]:
+    """(mean of a - b, its standard error, documents) per accuracy column, in points, over the
+    documents both variants were scored on (lm-eval per-document scores), and for `avg`."""
+    out: dict[str, tuple[float, float, int]] = {}
+    for col in _accuracy_columns(a, columns):
+        da, db = a["metrics"][col].get("per_doc"), b["metrics"].get(col, {}).get("per_doc")
+        if not da or not db:
+            continue
+        common = sorted(set(da) & set(db))
+        d = 100 * np.array([da[k] - db[k] for k in common])
+        se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+        out[col] = (float(d.mean()), se, len(d))
+    if out:
+        k = len(out)
+        mean = sum(v[0] for v in out.values()) / k
+        se = math.sqrt(sum(v[1] ** 2 for v in out.values())) / k
+        out["avg"] = (mean, se, sum(v[2] for v in out.values()))
+    return out
+
+
+def add_stderr(df: pd.DataFrame, ours: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """`df` (a side-by-side table) with a "<m> stderr (ours)" column after each "<m> (ours)"
+    that `ours` (keys + metric columns of standard errors) has."""
+    renamed = ours.rename(columns={c: f"{c}{SE}" for c in ours.columns if c not in keys})
+    merged = df.merge(renamed, on=keys, how="left")
+    order = []
+    for col in df.columns:
+        order.append(col)
+        if col.endswith(" (ours)") and f"{col[: -len(' (ours)')]}{SE}" in merged:
+            order.append(f"{col[: -len(' (ours)')]}{SE}")
+    return merged[order]
+
+
+def display_with_stderr(df: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
+    """For Markdown: each "<m> (ours)" cell as "value ± stderr", stderr columns dropped."""
+    shown = df.copy()
+    for col in [c for c in df.columns if c.endswith(SE)]:
+        value = f"{col[: -len(SE)]} (ours)"
+        shown[value] = [_pm(v, se, digits) for v, se in zip(df[value], df[col], strict=True)]
+        shown = shown.drop(columns=col)
+    return shown
+
+
+def _pm(value: Any, se: Any, digits: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    text = f"{value:.{digits}g}"
+    if se is None or (isinstance(se, float) and math.isnan(se)):
+        return text
+    return f"{text} ± {se:.2g}"

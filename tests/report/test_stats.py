@@ -1,0 +1,57 @@
+"""Standard errors per cell and paired differences between variants on the same documents."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvspec.report.stats import (
+    add_stderr,
+    display_with_stderr,
+    paired_difference,
+    stderr_row,
+)
+
+
+def _record(arc: list[float], piqa: list[float], ppl: float = 10.0) -> dict:
+    def acc(scores):
+        docs = {f"t/{i}": s for i, s in enumerate(scores)}
+        se = float(np.std(scores, ddof=1) / math.sqrt(len(scores)))
+        return {"metric": "acc", "value": float(np.mean(scores)), "stderr": se, "per_doc": docs}
+
+    wiki = {"metric": "word_perplexity", "value": ppl, "stderr": None, "per_doc": None}
+    return {"metrics": {"wiki": wiki, "arc": acc(arc), "piqa": acc(piqa)}}
+
+
+def test_stderr_row_in_points_with_avg() -> None:
+    rec = _record([1, 0, 1, 0], [1, 1, 1, 0])
+    row = stderr_row(rec)
+    assert row["arc"] == pytest.approx(100 * 0.5773502 / 2, rel=1e-5)
+    assert math.isnan(row["wiki_ppl"])
+    assert row["avg"] == pytest.approx(math.sqrt(row["arc"] ** 2 + row["piqa"] ** 2) / 2)
+
+
+def test_paired_difference_uses_only_shared_documents() -> None:
+    a = _record([1, 1, 1, 0], [1, 0, 1, 1])
+    b = _record([0, 1, 0, 0], [1, 0, 1, 1])
+    del b["metrics"]["arc"]["per_doc"]["t/3"]  # scored on three documents only
+    diff = paired_difference(a, b)
+    mean, se, n = diff["arc"]
+    assert n == 3 and mean == pytest.approx(100 * 2 / 3)
+    assert se == pytest.approx(100 * np.std([1, 0, 1], ddof=1) / math.sqrt(3))
+    assert diff["piqa"] == (0.0, 0.0, 4)  # identical answers: no difference, no error
+    assert diff["avg"][0] == pytest.approx((mean + 0.0) / 2)
+    assert "wiki" not in diff
+
+
+def test_stderr_columns_and_markdown_display() -> None:
+    df = pd.DataFrame({"m": ["A", "B"], "acc (ours)": [50.0, 40.0], "acc (paper)": [1.0, 2.0]})
+    errors = pd.DataFrame({"m": ["A"], "acc": [2.5]})
+    out = add_stderr(df, errors, ["m"])
+    assert list(out.columns) == ["m", "acc (ours)", "acc stderr (ours)", "acc (paper)"]
+    shown = display_with_stderr(out)
+    assert list(shown["acc (ours)"]) == ["50 ± 2.5", "40"]
+    assert "acc stderr (ours)" not in shown
