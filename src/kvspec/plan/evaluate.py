@@ -33,8 +33,15 @@ class EvalPlan:
     def _task(self, col: str) -> dict[str, Any]:
         task = self.tasks[col]
         data = paths.DATA.format(dataset=task["dataset"]) if task["template"] else None
-        keys = ("metric", "template", "lm_eval", "limit", "max_words")
-        return {"data": data, **{k: task[k] for k in keys}}
+        # this key order is part of the params Snakemake compares: keep it stable
+        return {
+            "metric": task["metric"],
+            "template": task["template"],
+            "data": data,
+            "lm_eval": task["lm_eval"],
+            "limit": task["limit"],
+            "max_words": task["max_words"],
+        }
 
     def settings(self) -> dict[str, Any]:
         return {
