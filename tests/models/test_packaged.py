@@ -287,3 +287,29 @@ def test_real_packaged_model(name: str, tmp_path: Path) -> None:
         answer = tokenizer.decode(gen[0, ids.shape[1] :], skip_special_tokens=True).strip()
         print(f"{name}: {answer!r}")
         assert answer
+
+
+def test_chat_template_only_when_the_gguf_has_none() -> None:
+    from types import SimpleNamespace
+
+    from kvspec.models.packaged import add_chat_template
+
+    base = SimpleNamespace(chat_template=None)
+    assert add_chat_template(base, "{{ messages }}") == "config"
+    assert base.chat_template == "{{ messages }}"
+    assert add_chat_template(base, "other") == "gguf"  # never overrides the model's own
+    assert add_chat_template(SimpleNamespace(chat_template=None), None) == "none"
+
+
+def test_stop_tokens_extend_the_generation_eos_ids() -> None:
+    from types import SimpleNamespace
+
+    from kvspec.models.packaged import add_stop_tokens
+
+    vocab = {"<eos>": 1, "<end_of_turn>": 106}
+    tok = SimpleNamespace(convert_tokens_to_ids=lambda t: vocab.get(t, 3), unk_token_id=3)
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=1))
+    assert add_stop_tokens(model, tok, ("<end_of_turn>",)) == [1, 106]
+    assert model.generation_config.eos_token_id == [1, 106]
+    with pytest.raises(ValueError, match="not in the tokenizer's vocabulary"):
+        add_stop_tokens(model, tok, ("<nope>",))

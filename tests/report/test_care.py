@@ -97,8 +97,8 @@ def test_table_3_1_paired_differences(tmp_path: Path) -> None:
     for label, answers, ppl in (("svd-uniform", [0, 0, 1, 0], 40.0),
                                 ("asvd-uniform", [1, 0, 1, 1], 20.0),
                                 ("care-waterfill", [1, 1, 1, 1], 10.0)):  # fmt: skip
-        rows.append({"label": label, "rank": 8,
-                     "file": _with_docs(tmp_path / f"{label}.json", 93.75, answers, ppl)})  # fmt: skip
+        file = _with_docs(tmp_path / f"{label}.json", 93.75, answers, ppl)
+        rows.append({"label": label, "rank": 8, "file": file})
     out = {k: str(tmp_path / f"t.{k}") for k in ("csv", "md", "paired_csv", "paired_md")}
     render({"name": "table_3_1", "rows": rows},
            {"paper": [str(PAPER / "thesis_table_3_1.csv")]}, out)  # fmt: skip

