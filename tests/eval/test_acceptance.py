@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import InfiniGramDrafter
 from kvspec.spec.ngram_index import build_index, open_engine
 
+from ..spec.sparse_vocab import LARGE_VOCAB, build_twin
 from ..tiny import tiny_llama
 from .acceptance_oracle import (
     acceptance_by_confidence,
@@ -113,6 +115,59 @@ def test_expected_accepted_equals_measured_speculation(setup):
         _, steps = speculative_generate(target, prompt, drafter, len(output), k=4)
         measured = sum(s.accepted for s in steps) / len(steps)
         assert expected_accepted_tokens(records, k=4) == pytest.approx(measured)
+
+
+class _FromReferenceIds(torch.nn.Module):
+    """The target fed reference ids: maps them to model ids first, so p stays the same."""
+
+    def __init__(self, target: torch.nn.Module, universe: np.ndarray) -> None:
+        super().__init__()
+        self.target = target
+        self.register_buffer("model_ids", torch.as_tensor(universe, dtype=torch.long))
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    def forward(self, input_ids: torch.Tensor):
+        return self.target(input_ids=self.model_ids[input_ids])
+
+
+def _in_model_ids(twin, record: PositionRecord) -> PositionRecord:
+    """A reference record with its token and q in model ids (where p is defined)."""
+    token, q = twin.to_model([record.token])[0], twin.dist_to_model(record.q)
+    return PositionRecord(token, record.p, q, record.suffix_len, record.count)
+
+
+def _fields(record: PositionRecord) -> tuple:
+    return record.token, record.q, record.suffix_len, record.count
+
+
+def test_acceptance_on_compact_vocab_equals_reference(tmp_path):
+    from kvspec.eval.acceptance import acceptance_rows
+
+    twin = build_twin(tmp_path, 21, eos_in_corpus=False)
+    target = tiny_llama(0, vocab=LARGE_VOCAB, hidden=16, intermediate=32)
+    docs, unseen = twin.docs, twin.unseen
+    items = [
+        (f"p{i}", docs[i][:3] or [unseen[1]], docs[i][3:12] + [unseen[0]] + docs[i + 1][:5])
+        for i in range(4)
+    ]
+    ref_target = _FromReferenceIds(target, twin.universe)
+    ref_frames = []
+    for name, prompt, output in items:
+        records = position_records(target, twin.compact, prompt, output)
+        ref_records = position_records(
+            ref_target, twin.reference, twin.to_ref(prompt), twin.to_ref(output)
+        )
+        mapped = [_in_model_ids(twin, r) for r in ref_records]
+        assert [_fields(r) for r in records] == [_fields(r) for r in mapped]
+        assert all(torch.equal(a.p, b.p) for a, b in zip(records, mapped, strict=True))
+        ref_frames.append(_rows(mapped, name))
+    rows = acceptance_rows(target, twin.compact, items)
+    ref_rows = pd.concat(ref_frames, ignore_index=True)
+    assert rows["count"].min() > 0 and (rows["suffix_len"] == 0).any()  # unseen ids back off
+    pd.testing.assert_frame_equal(rows, ref_rows)
 
 
 # ------------------------------------------------ per-position rows (what the workflow stores)

@@ -19,6 +19,7 @@ from kvspec.spec.drafters import (
 from kvspec.spec.ngram_index import build_index, open_engine
 
 from ..tiny import tiny_llama
+from .sparse_vocab import build_twin, contexts
 
 
 def _corpus(seed: int, vocab: int, n_docs: int, eos_suffix: int | None) -> list[list[int]]:
@@ -110,6 +111,48 @@ def test_sampled_infgram_draft_is_seeded_and_in_support(tmp_path):
     assert a.tokens == b.tokens
     assert a.q == a.dists
     assert all(t in d for t, d in zip(a.tokens, a.q, strict=True))
+
+
+def _model_draft(twin, draft):
+    """A reference draft with its tokens and distributions in model ids."""
+    dists = [twin.dist_to_model(d) for d in draft.dists]
+    return twin.to_model(draft.tokens), draft.match_len, draft.match_count, dists
+
+
+@pytest.mark.parametrize(
+    ("eos_in_corpus", "max_support"), [(True, 1000), (False, 1000), (False, 8)]
+)
+def test_infgram_drafter_on_compact_vocab_equals_reference(tmp_path, eos_in_corpus, max_support):
+    twin = build_twin(tmp_path, 11, eos_in_corpus, max_support)
+    compact, reference = InfiniGramDrafter(twin.compact), InfiniGramDrafter(twin.reference)
+    sampled = [InfiniGramDrafter(e, sample=True, seed=4) for e in (twin.compact, twin.reference)]
+    rng = np.random.default_rng(12)
+    drafted = set()
+    for ctx in contexts(twin, 13, 60):
+        ref, k = twin.to_ref(ctx), int(rng.integers(1, 17))
+        draft = compact.propose(ctx, k)
+        want = _model_draft(twin, reference.propose(ref, k))
+        assert (draft.tokens, draft.match_len, draft.match_count) == want[:3]
+        assert [list(d.items()) for d in draft.dists] == [list(d.items()) for d in want[3]]
+        one = sampled[0].propose(ctx, k)
+        assert one.tokens == _model_draft(twin, sampled[1].propose(ref, k))[0]
+        assert one.q == one.dists
+        dist, length, count = compact.distribution(ctx)
+        ref_dist, ref_length, ref_count = reference.distribution(ref)
+        assert (dist, length, count) == (twin.dist_to_model(ref_dist), ref_length, ref_count)
+        drafted.update(draft.tokens)
+    assert twin.eos in drafted  # document ends are drafted as the model's eos
+
+
+def test_compact_continuations_are_model_ids(tmp_path):
+    twin = build_twin(tmp_path, 14, eos_in_corpus=False)
+    compact, reference = InfiniGramDrafter(twin.compact), InfiniGramDrafter(twin.reference)
+    tokens, counts = np.unique(np.concatenate(twin.docs), return_counts=True)
+    ctx = [int(tokens[counts.argmax()])]  # the most frequent token: many continuations
+    conts = compact.continuations(compact.longest_suffix(ctx), 6)  # (count, 6)
+    ref_conts = reference.continuations(reference.longest_suffix(twin.to_ref(ctx)), 6)
+    mapped = np.where(ref_conts < 0, -1, twin.universe[np.maximum(ref_conts, 0)])
+    assert len(conts) > 1 and np.array_equal(conts, mapped)
 
 
 def test_greedy_token_tie_breaks_to_smallest_id():

@@ -71,7 +71,7 @@ def position_records(
     `engine` is a CheckedEngine or an InfiniGramDrafter (the distribution is counted by
     `InfiniGramDrafter.distribution`, which equals `infgram_ntd`), or anything else with
     an `infgram_ntd` method. The n-gram context is the prompt plus the output so far, as
-    in decoding.
+    in decoding. Ids are the model's throughout, also over a compact-vocabulary index.
     """
     ngram = InfiniGramDrafter(engine) if isinstance(engine, CheckedEngine) else engine
     prompt, output = [int(t) for t in prompt_ids], [int(t) for t in output_ids]

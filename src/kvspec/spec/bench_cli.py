@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     drafter = InfiniGramDrafter(engine)
     lat = draft_latency(drafter, _contexts(res, args.model, args.contexts, 0), 16)
     bpt = stats["bytes_per_token"]
-    print(f"index {args.index}: {stats['n_tokens']} tokens, {bpt:.2f} bytes/token")
+    width = stats.get("token_dtype", "?") + (" compact" if stats.get("compact_vocab") else "")
+    print(f"index {args.index}: {stats['n_tokens']} tokens, {bpt:.2f} bytes/token, {width} ids")
     print(f"inf_nkt, 16 tokens, max_support 1000: {_percentiles(lat['inf_nkt'])}")
     print(f"16 sequential infgram_ntd calls:     {_percentiles(lat['sequential'])}")
     ratio = statistics.median(lat["sequential"]) / statistics.median(lat["inf_nkt"])

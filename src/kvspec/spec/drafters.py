@@ -79,6 +79,7 @@ class _Shard:
     tokens: np.ndarray  # (n_tok,) u16/u32, separators included
     table: np.ndarray  # (n_tok * ptr_bytes,) u8, little-endian byte pointers into `tokens`
     ptr_bytes: int
+    to_model: np.ndarray | None = None  # (65536,) compact id -> model id, compact indexes only
 
 
 @dataclass
@@ -106,6 +107,9 @@ class InfiniGramDrafter:
     0-token match is the corpus unigram: rarely accepted, and costly to count).
     `sample`: draw each token from the n-gram distribution instead of taking the mode.
 
+    Tokens are the model's ids also over a compact-vocabulary index: the engine translates
+    queries and answers, and tokens read from the suffix array go through the same map.
+
     Counts here are exact. The engine's `ntd` reports a document end as `eos_token_id` and
     assumes a suffix-array range whose first and last continuations agree is uniform, so
     when eos is also a regular corpus token (not only a final one) and a suffix is followed
@@ -127,7 +131,8 @@ class InfiniGramDrafter:
         self.confidence = confidence
         self.sample = sample
         self.rng = np.random.default_rng(seed)
-        self.shards = _open_shards(engine.index_dir, engine.token_dtype)
+        to_model = engine.vocab.original_lut if engine.vocab else None
+        self.shards = _open_shards(engine.index_dir, engine.token_dtype, to_model)
 
     def propose(self, context: list[int], k: int) -> Draft:
         """Draft up to k tokens after `context` (fewer if the confidence cut-off fires)."""
@@ -245,8 +250,13 @@ class InfiniGramDrafter:
         return False
 
 
-def _open_shards(index_dir: Path, token_dtype: str) -> list[_Shard]:
-    """Memory-map every shard of an index the way the engine pairs them (sorted names)."""
+def _open_shards(
+    index_dir: Path, token_dtype: str, to_model: np.ndarray | None = None
+) -> list[_Shard]:
+    """Memory-map every shard of an index the way the engine pairs them (sorted names).
+
+    `to_model` maps a compact index's token ids to the model's (None: already model ids).
+    """
     width = 2 if token_dtype == "u16" else 4
     ds_paths = sorted(p for p in Path(index_dir).iterdir() if "tokenized" in p.name)
     sa_paths = sorted(p for p in Path(index_dir).iterdir() if "table" in p.name)
@@ -254,12 +264,12 @@ def _open_shards(index_dir: Path, token_dtype: str) -> list[_Shard]:
     for ds_path, sa_path in zip(ds_paths, sa_paths, strict=True):
         tokens = np.memmap(ds_path, dtype=f"<u{width}", mode="r")
         table = np.memmap(sa_path, dtype=np.uint8, mode="r")
-        shards.append(_Shard(tokens, table, len(table) // len(tokens)))
+        shards.append(_Shard(tokens, table, len(table) // len(tokens), to_model))
     return shards
 
 
 def _shard_continuations(shard: _Shard, lo: int, hi: int, offset: int, m: int) -> np.ndarray:
-    """Tokens at positions offset..offset+m-1 after the suffixes of ranks lo..hi-1."""
+    """Model ids at positions offset..offset+m-1 after the suffixes of ranks lo..hi-1."""
     raw = np.asarray(shard.table[lo * shard.ptr_bytes : hi * shard.ptr_bytes])
     raw = raw.reshape(hi - lo, shard.ptr_bytes).astype(np.uint64)  # (n, ptr_bytes)
     shifts = np.arange(shard.ptr_bytes, dtype=np.uint64) * np.uint64(8)
@@ -270,6 +280,8 @@ def _shard_continuations(shard: _Shard, lo: int, hi: int, offset: int, m: int) -
     conts = np.asarray(shard.tokens[np.where(inside, pos, 0)]).astype(np.int64)  # (n, m)
     separator = np.iinfo(shard.tokens.dtype).max
     ended = np.logical_or.accumulate(~inside | (conts == separator), axis=1)
+    if shard.to_model is not None:
+        conts = shard.to_model[conts]  # compact -> model ids
     return np.where(ended, -1, conts)
 
 

@@ -85,7 +85,11 @@ def index_stage(
     out_stats: str,
     cpus: int,
 ) -> None:
-    """An infini-gram index over SFT or target responses; build time, bytes/token, counts."""
+    """An infini-gram index over SFT or target responses; build time, bytes/token, counts.
+
+    The index is keyed by the model's full vocabulary; `build_index` picks 16-bit ids,
+    possibly over a compact vocabulary, whenever the corpus allows it.
+    """
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     vocab = max(AutoConfig.from_pretrained(model_dir).vocab_size, len(tokenizer))
     stops = config_stops(model_dir, tokenizer)
