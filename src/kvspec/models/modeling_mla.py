@@ -298,8 +298,9 @@ def base_fingerprint(model_dir: str | os.PathLike[str]) -> dict[str, dict[str, A
 
 def resolve_base(model_dir: str | os.PathLike[str], reference: dict[str, Any]) -> Path:
     """The base directory a saved model refers to, after checking its weight files are the
-    ones recorded at save time (same sizes and SHA-256)."""
-    base = Path(os.path.normpath(Path(model_dir) / reference["path"]))
+    ones recorded at save time (same sizes and SHA-256). The path is joined lexically, as it
+    was computed, so symlinked model directories resolve as they were named."""
+    base = Path(os.path.normpath(os.path.join(os.path.abspath(model_dir), reference["path"])))
     if not base.is_dir():
         raise FileNotFoundError(
             f"{model_dir} takes its unchanged weights from the base model {reference['path']!r} "
@@ -429,9 +430,9 @@ class MLAForCausalLM(MLAPreTrainedModel, GenerationMixin):
             return super().save_pretrained(save_directory, *args, **kwargs)
         state, shared = self._differing_state(Path(base_model_dir))
         if shared:
-            where = Path(final_dir if final_dir is not None else save_directory)
+            where = final_dir if final_dir is not None else save_directory
             self.config.base_model = {
-                "path": os.path.relpath(Path(base_model_dir).resolve(), where.resolve()),
+                "path": os.path.relpath(os.path.abspath(base_model_dir), os.path.abspath(where)),
                 "weights": base_fingerprint(base_model_dir),
             }
         return super().save_pretrained(save_directory, *args, state_dict=state, **kwargs)
