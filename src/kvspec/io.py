@@ -42,7 +42,8 @@ def _rmtree(path: Path) -> None:
 def link_identical(directory: str | os.PathLike[str], reference: str | os.PathLike[str]) -> int:
     """Replace each file of `directory` that is byte-identical to the same-named file of
     `reference` by a hard link to it (e.g. a converted model's tokenizer files), so the copies
-    take no extra space. Returns the number linked; files on another filesystem stay copies."""
+    take no extra space. Returns the number linked; files on another filesystem stay copies.
+    A linked file is the reference's own: never rewrite it in place (write a new directory)."""
     import filecmp
 
     linked = 0
