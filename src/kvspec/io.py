@@ -41,6 +41,28 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def link_identical(directory: str | os.PathLike[str], reference: str | os.PathLike[str]) -> int:
+    """Replace each file of `directory` that is byte-identical to the same-named file of
+    `reference` by a hard link to it (e.g. a converted model's tokenizer files), so the copies
+    take no extra space. Returns the number linked; files on another filesystem stay copies.
+    A linked file is the reference's own: never rewrite it in place (write a new directory)."""
+    import filecmp
+
+    linked = 0
+    for path in sorted(Path(directory).iterdir()):
+        twin = Path(reference) / path.name
+        if not (path.is_file() and twin.is_file() and filecmp.cmp(path, twin, shallow=False)):
+            continue
+        spare = path.with_name(f".{path.name}.link")
+        try:
+            os.link(twin, spare)
+        except OSError:
+            continue
+        os.replace(spare, path)
+        linked += 1
+    return linked
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write `text` to `path` atomically."""
     with atomic_path(path) as tmp:

@@ -7,11 +7,16 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
+from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, Gemma3TextConfig
 
-from kvspec.models.modeling_mla import MLAConfig, MLAForCausalLM
+from kvspec.models.modeling_mla import MLAAttention, MLAConfig, MLAForCausalLM, rope_positions
 
 RANKS_K, RANKS_V = [5, 32, 11], [17, 3, 32]  # mixed, including full rank g_h·d_h = 32
+ARCHS = ["llama", "qwen3", "gemma3_text"]
+# Gemma3 as flat fields: window 4 (shorter than the sequences), QK-norm, query_pre_attn_scalar;
+# untied, as a random tied Gemma3 tends to repeat one token
+GEMMA3 = dict(sliding_window=4, query_pre_attn_scalar=24, tie_word_embeddings=False,
+              layer_types=["sliding_attention", "full_attention", "sliding_attention"])  # fmt: skip
 
 
 def _config(arch: str = "llama", **overrides) -> MLAConfig:
@@ -28,16 +33,17 @@ def _config(arch: str = "llama", **overrides) -> MLAConfig:
         kv_rank_k=RANKS_K,
         kv_rank_v=RANKS_V,
     )
-    return MLAConfig(**(fields | overrides))
+    return MLAConfig(**(fields | (GEMMA3 if arch == "gemma3_text" else {}) | overrides))
 
 
 def _model(arch: str = "llama", seed: int = 0, **overrides) -> MLAForCausalLM:
     torch.manual_seed(seed)
     model = MLAForCausalLM(_config(arch, **overrides))
+    unit = 0.0 if arch == "gemma3_text" else 1.0  # Gemma's RMSNorm scales by (1 + w)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(1 + 0.3 * torch.randn_like(p))
+                p.copy_(unit + 0.3 * torch.randn_like(p))
     return model.eval()
 
 
@@ -49,7 +55,7 @@ def _greedy(model, ids, **kwargs) -> torch.Tensor:
     return model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0, **kwargs)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_cached_generation_equals_uncached(arch):
     model, ids = _model(arch), _ids(0)
     cached = _greedy(model, ids, use_cache=True)
@@ -78,8 +84,9 @@ def test_cache_holds_only_latents(dtype):
     ]
 
 
-def test_prefill_then_step_equals_full_forward():
-    model, ids = _model("qwen3"), _ids(2, length=9)
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3_text"])
+def test_prefill_then_step_equals_full_forward(arch):
+    model, ids = _model(arch), _ids(2, length=9)
     with torch.no_grad():
         full = model(ids, use_cache=False).logits
         cache = DynamicCache(config=model.config)
@@ -99,7 +106,7 @@ def test_cache_crop_then_continue():
     torch.testing.assert_close(tail, full[:, 5:], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_left_padded_batch_matches_single_sequences(arch):
     model = _model(arch)
     short, long = _ids(4, batch=1, length=4), _ids(5, batch=1, length=7)
@@ -140,9 +147,9 @@ def test_logits_to_keep():
     torch.testing.assert_close(last, full[:, -1:])
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_save_and_auto_load_round_trip(tmp_path, arch):
-    model, ids = _model(arch, tie_word_embeddings=(arch == "qwen3")), _ids(9)
+    model, ids = _model(arch, tie_word_embeddings=(arch != "llama")), _ids(9)
     model.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == "kvspec_mla" and config["kv_rank_k"] == RANKS_K
@@ -168,10 +175,47 @@ def test_config_validation():
     assert default.kv_rank_k == default.kv_rank_v == [32, 32]  # full rank unless told otherwise
 
 
-def test_qwen3_has_qk_norm_and_llama_not():
-    qwen, llama = _model("qwen3"), _model("llama")
+def test_qwen3_and_gemma3_have_qk_norm_and_llama_not():
+    qwen, llama, gemma = _model("qwen3"), _model("llama"), _model("gemma3_text")
     assert hasattr(qwen.model.layers[0].self_attn, "k_norm")
+    assert type(gemma.model.layers[0].self_attn.k_norm).__name__ == "Gemma3RMSNorm"
     assert not hasattr(llama.model.layers[0].self_attn, "k_norm")
+
+
+def test_source_decoder_is_kept_and_only_attention_swapped():
+    model = _model("gemma3_text")
+    assert type(model.model).__name__ == "Gemma3TextModel"
+    layer = model.model.layers[0]
+    assert type(layer).__name__ == "Gemma3DecoderLayer"
+    assert hasattr(layer, "pre_feedforward_layernorm")  # Gemma's four norms per layer
+    attn = layer.self_attn
+    assert isinstance(attn, MLAAttention) and not hasattr(attn, "k_proj")
+    assert attn.scaling == 24**-0.5 and attn.sliding_window == 4
+    assert attn.rope_key == "sliding_attention"  # the local RoPE base
+    assert model.model.layers[1].self_attn.sliding_window is None
+    names = {n for n, _ in model.named_parameters()}
+    prefix = "model.layers.2.self_attn"
+    assert {f"{prefix}.k_a.weight", f"{prefix}.q_norm.weight"} <= names
+
+
+def test_config_mirrors_the_source_but_not_its_windows():
+    source = Gemma3TextConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                              num_key_value_heads=1, head_dim=32, sliding_window=4)  # fmt: skip
+    config = MLAConfig(base_config=source.to_dict(), kv_rank_k=[8, 9, 10])
+    assert config.base_architecture == "gemma3_text" and config.head_dim == 32
+    assert config.kv_rank_v == [32] * 3  # full rank g_h·d_h unless told otherwise
+    assert isinstance(config.base_config, Gemma3TextConfig)
+    assert config.base_config.layer_types[0] == "sliding_attention"
+    assert not any(DynamicCache(config=config).is_sliding)  # latents of every position kept
+    again = MLAConfig.from_dict(config.to_dict())
+    assert again.base_config.sliding_window == 4 and again.kv_rank_k == [8, 9, 10]
+
+
+def test_key_positions_extend_queries_backwards():
+    queries, keys = rope_positions(torch.tensor([[7, 8], [2, 3]]), 3, 2, torch.device("cpu"))
+    assert keys.tolist() == [[4, 5, 6, 7, 8], [-1, 0, 1, 2, 3]]  # row 1: left padding
+    queries, keys = rope_positions(None, 2, 3, torch.device("cpu"))
+    assert queries.tolist() == [[2, 3, 4]] and keys.tolist() == [[0, 1, 2, 3, 4]]
 
 
 def test_mask_length_mismatch_raises():

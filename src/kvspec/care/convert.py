@@ -1,4 +1,4 @@
-"""Convert a HF Llama/Qwen3 causal LM into the latent-KV `MLAForCausalLM`.
+"""Convert a HF Llama/Qwen3/Gemma3 causal LM into the latent-KV `MLAForCausalLM`.
 
 Every layer's k_proj and v_proj is replaced by factors from `factorize` (k_a = Aᵀ, k_b = Bᵀ);
 every other weight is copied unchanged. Matrices are ordered [K_0, V_0, K_1, V_1, ...]
@@ -11,33 +11,13 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from transformers.initialization import no_init_weights
 
 from kvspec.care.covariance import CovarianceStats, decoder_layers
 from kvspec.care.factorize import METHODS, Factors, factorize, weighted_spectrum
 from kvspec.models.modeling_mla import MLAConfig, MLAForCausalLM
 
-# source-config fields carried over verbatim to MLAConfig
-_COPIED_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "hidden_act",
-    "max_position_embeddings",
-    "initializer_range",
-    "rms_norm_eps",
-    "use_cache",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "tie_word_embeddings",
-    "rope_parameters",
-    "attention_bias",
-    "attention_dropout",
-)
+SOURCE_TYPES = ("llama", "qwen3", "gemma3_text")
 
 
 def max_rank(config: Any) -> int:
@@ -47,29 +27,25 @@ def max_rank(config: Any) -> int:
 
 
 def _check_source(config: Any) -> None:
-    if config.model_type not in ("llama", "qwen3"):
+    if config.model_type not in SOURCE_TYPES:
         raise ValueError(
-            f"can only convert llama or qwen3 models, got model_type {config.model_type!r}"
+            f"can only convert {', '.join(SOURCE_TYPES)} models, got model_type "
+            f"{config.model_type!r}"
         )
-    layer_types = getattr(config, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types):
-        raise ValueError("sliding-window layers are not supported by the MLA model")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise ValueError("bidirectional (non-causal) attention is not supported by the MLA model")
 
 
 def mla_config_from(config: Any, ranks_k: list[int], ranks_v: list[int]) -> MLAConfig:
-    """MLAConfig copying the source Llama/Qwen3 config, with the given per-layer latent ranks."""
+    """MLAConfig holding (a copy of) the source Llama/Qwen3/Gemma3 config, with the given
+    per-layer latent ranks."""
     _check_source(config)
     n, limit = config.num_hidden_layers, max_rank(config)
     for name, ranks in (("ranks_k", ranks_k), ("ranks_v", ranks_v)):
         if len(ranks) != n or not all(isinstance(r, int) and 1 <= r <= limit for r in ranks):
             raise ValueError(f"{name} needs {n} ints in [1, {limit}], got {ranks}")
-    fields = {name: getattr(config, name) for name in _COPIED_FIELDS}
-    fields["head_dim"] = limit // config.num_key_value_heads
-    fields["rope_parameters"] = dict(config.rope_parameters)
     return MLAConfig(
-        **fields,
-        mlp_bias=bool(getattr(config, "mlp_bias", False)),
-        base_architecture=config.model_type,
+        base_config=config.to_dict(),
         kv_rank_k=list(ranks_k),
         kv_rank_v=list(ranks_v),
         architectures=["MLAForCausalLM"],
@@ -77,7 +53,8 @@ def mla_config_from(config: Any, ranks_k: list[int], ranks_v: list[int]) -> MLAC
 
 
 def _projections(model: nn.Module) -> list[nn.Linear]:
-    """[k_proj_0, v_proj_0, k_proj_1, ...]; asserts they carry no bias (true for Llama/Qwen3)."""
+    """[k_proj_0, v_proj_0, k_proj_1, ...]; asserts they carry no bias (true for Llama, Qwen3
+    and Gemma3)."""
     projs = [
         p
         for layer in decoder_layers(model)
@@ -175,7 +152,10 @@ def mla_from_factors(
         layer, kind = divmod(i, 2)
         state.update(_latent_weights(f"model.layers.{layer}.self_attn.{'kv'[kind]}", f))
     param = next(model.parameters())
-    mla = MLAForCausalLM(config).to(dtype=param.dtype, device=param.device)
+    with no_init_weights():  # every parameter is loaded from `state` below
+        mla = MLAForCausalLM(config)
+    mla.tie_weights()  # skipped with the initialisation
+    mla = mla.to(dtype=param.dtype, device=param.device)
     mla.load_state_dict(state, strict=True)
     return mla.eval()
 

@@ -1,8 +1,8 @@
 """Calibration statistics of the K/V projection inputs: covariance C and per-channel mean |x|.
 
 A forward hook on each decoder layer's ``self_attn.k_proj`` sees the attention input after the
-input RMSNorm (k_proj and v_proj share it). Only running sums are kept, in float64, so memory
-is O(L·d²) however many calibration tokens go through:
+input RMSNorm (k_proj and v_proj share it), in Llama, Qwen3 and Gemma3 alike. Only running sums
+are kept, in float64, so memory is O(L·d²) however many calibration tokens go through:
 
     C = Σ_tokens xᵀx / count       (CARE)        mean_abs = Σ_tokens |x| / count   (ASVD)
 """
@@ -60,15 +60,18 @@ class RunningMoments:
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layers of a HF Llama/Qwen3-style causal LM (``model.model.layers``)."""
+    """The decoder layers of a HF Llama/Qwen3/Gemma3 causal LM (``model.model.layers``).
+
+    In all three, k_proj and v_proj read the layer's input_layernorm output (Gemma3's extra
+    norms sit after attention and around the MLP), which is what the hook captures."""
     inner = getattr(model, "model", None)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not all(
         hasattr(getattr(layer, "self_attn", None), "k_proj") for layer in layers
     ):
         raise ValueError(
-            f"{type(model).__name__} is not a Llama/Qwen3-style model "
-            "with model.layers[i].self_attn.k_proj"
+            f"{type(model).__name__} is not a Llama/Qwen3-style model (the layout Llama, Qwen3 "
+            "and Gemma3 share: model.layers[i].self_attn.k_proj)"
         )
     return layers
 

@@ -6,6 +6,7 @@ the workflow (one rule per stage) and a notebook call the same code.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from typing import Any
@@ -16,7 +17,7 @@ from kvspec.care.calibration import batches, calibration_tokens
 from kvspec.care.convert import full_factors, max_rank, mla_from_factors
 from kvspec.care.covariance import collect_covariances, load_stats, save_stats
 from kvspec.care.store import load_factors, load_plan, save_factors
-from kvspec.io import atomic_path, write_json
+from kvspec.io import atomic_path, link_identical, write_json
 from kvspec.models.load import load_model
 from kvspec.provenance import provenance
 
@@ -73,7 +74,12 @@ def factorize_stage(
 
 
 def convert_stage(model_dir: str, factors_path: str, plan_path: str, out_dir: str) -> None:
-    """The MLA model of `plan` (ranks, dropped components) saved with `save_pretrained`."""
+    """The MLA model of `plan` (ranks, dropped components) saved with `save_pretrained`.
+
+    The directory holds only what differs from `model_dir` (the K/V factors, config and
+    provenance) and refers to `model_dir` for every other weight; tokenizer files identical
+    to the base's are hard links to them.
+    """
     model, tok = load_model(model_dir)
     plan = load_plan(plan_path)
     mla = mla_from_factors(
@@ -84,11 +90,13 @@ def convert_stage(model_dir: str, factors_path: str, plan_path: str, out_dir: st
         plan.get("drop_k"),
         plan.get("drop_v"),
     )
-    mla.generation_config = model.generation_config
+    mla.generation_config = copy.deepcopy(model.generation_config)
+    mla.generation_config.cache_implementation = None  # latents need a full-length DynamicCache
     record = provenance(plan, source=model_dir, factors=factors_path, plan=plan_path)
     with atomic_path(out_dir) as tmp:
-        mla.save_pretrained(tmp)
+        mla.save_pretrained(tmp, base_model_dir=model_dir, final_dir=out_dir)
         tok.save_pretrained(tmp)
+        link_identical(tmp, model_dir)
         write_json(tmp / "kvspec_provenance.json", record)
 
 
