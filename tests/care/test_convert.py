@@ -315,7 +315,7 @@ def test_lm_eval_scores_full_rank_gemma3_like_the_source(tmp_path):
     data = tmp_path / "text.jsonl"
     data.write_text(json.dumps({"id": "0", "text": text}) + "\n")
     spec = {"wiki": TaskSpec("word_perplexity", "kvspec_wikitext2", str(data), limit=1)}
-    tasks = Path(__file__).resolve().parents[1] / "config" / "lm_eval_tasks"
+    tasks = Path(__file__).resolve().parents[2] / "config" / "lm_eval_tasks"
     got, want = (evaluate(m, tok, spec, tasks, batch_size=2)["wiki"] for m in (mla, source))
     assert got["value"] == pytest.approx(want["value"], rel=1e-4)
 

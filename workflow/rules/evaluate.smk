@@ -33,6 +33,7 @@ if PLAN.care:
     rule evaluate_lmeval:
         input:
             model="results/convert/{model}/models/{fact}-{calib}/{plan}",
+            base="results/models/{model}",  # the converted model reads its unchanged weights here
             data=PLAN.evaluate.converted_data,
         output:
             "results/evaluate/{model}/{fact}-{calib}/{plan}.json",
