@@ -9,7 +9,7 @@ min_version("9.0")
 # (scales are whole files, never merged with the default).
 if not workflow.config_settings.configfiles:
 
-    configfile: "config/config.yaml"
+    configfile: f"{workflow.basedir}/config/config.yaml"  # also when run with --directory
 
 
 report: "workflow/report/workflow.rst"

@@ -225,6 +225,8 @@ def _check_eval_tasks(config: Mapping[str, Any], care: Mapping[str, Any]) -> Non
                 f"config key 'eval.tasks.{col}.dataset': unknown dataset {task['dataset']!r}"
             )
     columns = [
+        ("care.columns", care["columns"] or []),
+        ("care.heal.columns", (care.get("heal") or {}).get("columns") or []),
         ("care.table_3_4.columns", care["table_3_4"]["columns"]),
         ("care.table_3_5.columns", care["table_3_5"]["columns"]),
         ("care.figure_3_4.columns", care["figure_3_4"]["columns"]),

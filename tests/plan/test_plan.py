@@ -26,7 +26,7 @@ EXPECTED_JOBS = {
               "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 768,
               "models_fetch": 9},
 }  # fmt: skip
-TOTALS = {"ci": 156, "config": 269, "paper": 1130}
+TOTALS = {"ci": 157, "config": 270, "paper": 1131}  # + the models table (report_models)
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -116,4 +116,4 @@ def test_stages_off_when_absent(configs, schema) -> None:
     plan = Plan(cfg)
     assert plan.care is None and plan.heal is None and plan.spec is None
     assert {i.rule for i in plan.report_items()} == {
-        "report_table_2_1", "data_sources", "report_pretrain"}  # fmt: skip
+        "report_table_2_1", "data_sources", "report_models", "report_pretrain"}  # fmt: skip

@@ -53,7 +53,22 @@ class BasePlan:
             ),
             self._sources_item(),
         ]
+        items.append(self._models_item())
         return items + ([self._pretrain_item()] if self.pretrained else [])
+
+    def _models_item(self) -> ReportItem:
+        declared = self.config["models"]
+        rows = [
+            {"model": m, "role": declared[m].get("role") or m,
+             "source": next(s for s in ("gguf", "pretrain", "distil", "hub") if declared[m].get(s)),
+             "dir": paths.MODEL.format(model=m)}
+            for m in self.models
+        ]  # fmt: skip
+        return ReportItem(
+            rule="report_models", renderer="models:render", log="logs/report/models.log",
+            category="Models", inputs={"models": [r["dir"] for r in rows]},
+            outputs=table_outputs("models", label="models"), params={"rows": rows},
+        )  # fmt: skip
 
     def _sources_item(self) -> ReportItem:
         declared = self.config["data"]["datasets"]

@@ -150,7 +150,7 @@ class CarePlan:
 
         for model in self.table_models():
             for row in self.table_rows(model):
-                add(model, row["variant"], list(self.tasks))
+                add(model, row["variant"], self.care["columns"] or list(self.tasks))
         for block, rows in (
             ("table_3_4", self.table_3_4_rows()),
             ("table_3_5", self.table_3_5_rows()),

@@ -45,7 +45,7 @@ class HealPlan:
         return [m for m in self.methods if m != "svd"]
 
     def evaluations(self) -> Columns:
-        every = set(self.care.tasks)
+        every = set(self.heal["columns"] or self.care.tasks)
         cols: Columns = {
             (self.model, Healed(m, b)): set(every) for m in self.methods for b in self.budgets
         }
