@@ -24,6 +24,10 @@ def token_streams(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Tokenize the corpus and split it into (train, val) streams, with counts per source."""
     records = read_jsonl(corpus, "text")
+    # the corpus is written source by source: shuffle documents first (seeded) so that the
+    # held-out blocks sample every source, not one or two
+    order = np.random.default_rng(seed).permutation(len(records))
+    records = [records[i] for i in order]
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = tokenize_documents([r["text"] for r in records], tokenizer, tokenizer.eos_token_id)
     train, val = split_stream(tokens, val_fraction, seed)

@@ -216,7 +216,9 @@ def _ablation_table(
 ) -> pd.DataFrame:
     """Tables 3.4 / 3.5: one labelled CARE variant per row, a few columns."""
     paper, meta = read_paper_table(paper_csv)
-    metrics = [c for c in paper.columns if c not in ("rank", key)]
+    metrics = _with_our_columns([c for c in paper.columns if c not in ("rank", key)], item)
+    for col in set(metrics) - set(paper.columns):  # our columns the thesis does not print
+        paper[col] = ""
     records = _records(item["rows"])
     ours = [
         {
@@ -240,6 +242,14 @@ def _ablation_table(
     shown = display_with_stderr(df)
     write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes, shown=shown)
     return df
+
+
+def _with_our_columns(metrics: list[str], item: dict) -> list[str]:
+    """The paper's columns, then ours it lacks (e.g. ARC-Easy standing in for chance-level
+    tasks at a small scale), then avg."""
+    ours = ["wiki_ppl" if c == "wiki" else c for c in item["columns"]]
+    head = [m for m in metrics if m != "avg"]
+    return [*head, *[c for c in ours if c not in head], "avg"]
 
 
 def table_3_4(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFrame:
