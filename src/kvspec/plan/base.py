@@ -18,7 +18,9 @@ class BasePlan:
         self.datasets: list[str] = sorted(config["data"]["datasets"])
         self.models: list[str] = sorted(config["models"])
         self.pretrained = [m for m in self.models if config["models"][m]["pretrain"]]
-        self.hub_models = [m for m in self.models if not config["models"][m]["pretrain"]]
+        self.distilled = [m for m in self.models if config["models"][m].get("distil")]
+        made_here = set(self.pretrained) | set(self.distilled)
+        self.hub_models = [m for m in self.models if m not in made_here]
 
     def dataset_decl(self, wildcards: Any) -> dict[str, Any]:
         """A dataset's declaration, less its free-text note (editing a note reruns nothing)."""
@@ -27,6 +29,19 @@ class BasePlan:
 
     def pretrain_decl(self, wildcards: Any) -> dict[str, Any]:
         return self.config["models"][wildcards.model]["pretrain"]
+
+    def teacher(self, model: str) -> str:
+        """The model `model` is distilled from."""
+        return self.config["models"][model]["distil"]["teacher"]
+
+    def distil_inputs(self, wildcards: Any) -> dict[str, str]:
+        """The teacher model and its greedy responses (held-out prompts included; the
+        distillation keeps only the index prompts)."""
+        teacher = self.teacher(wildcards.model)
+        return {
+            "teacher": paths.MODEL.format(model=teacher),
+            "responses": paths.RESPONSES.format(model=teacher),
+        }
 
     def hub_id(self, wildcards: Any) -> str:
         return self.config["models"][wildcards.model]["hub"]
