@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from kvspec.config import ConfigError, kv_width, validate
@@ -91,3 +93,107 @@ def test_fractions_need_kv_width_without_pretrain_arch(gguf_config: dict, schema
     del gguf_config["models"]["target"]["gguf"]["kv_width"]
     with pytest.raises(ConfigError, match="care.ranks.fractions.*gguf kv_width"):
         validate(gguf_config, schema)
+
+
+DISTIL = {
+    "teacher": "target",
+    "arch": {"family": "llama", "hidden": 256, "intermediate": 704, "layers": 4, "heads": 4,
+             "kv_heads": 2, "max_position": 2048, "tie_embeddings": True},
+    "train": {"steps": 300, "batch_size": 8, "lr": 3.0e-3},
+}  # fmt: skip
+
+
+@pytest.fixture()
+def distil_config(gguf_config: dict) -> dict:
+    """The GGUF mini config whose draft is distilled from the target."""
+    gguf_config["models"]["draft"] = {"distil": copy.deepcopy(DISTIL)}
+    return gguf_config
+
+
+def test_distilled_draft_validates_with_defaults(distil_config: dict, schema: dict) -> None:
+    filled = validate(distil_config, schema)
+    draft = filled["models"]["draft"]
+    assert draft["pretrain"] is None and draft["hub"] is None and draft["gguf"] is None
+    assert draft["distil"]["init"] == "pca"
+    assert draft["distil"]["train"]["top_k"] == 64 and draft["distil"]["train"]["beta"] == 1.0
+    assert draft["distil"]["data"] == {"val_fraction": 0.1, "max_len": 512,
+                                       "prompt_loss": False, "teacher_batch": 8}  # fmt: skip
+    assert kv_width(filled, "draft") == 2 * 64
+
+
+def test_distil_is_one_source_among_four(distil_config: dict, schema: dict) -> None:
+    distil_config["models"]["draft"]["hub"] = "org/model"
+    with pytest.raises(ConfigError, match="'models.draft': give exactly one of .*'distil'"):
+        validate(distil_config, schema)
+
+
+@pytest.mark.parametrize(
+    ("teacher", "match"),
+    [
+        ("nobody", "unknown model 'nobody'"),
+        ("draft", "distillation cycle draft <- draft"),
+        ("target_alt", "'target_alt' answers no prompts"),  # mini: target_alt answers 25%
+    ],
+)
+def test_bad_teacher_is_refused(
+    distil_config: dict, schema: dict, teacher: str, match: str
+) -> None:
+    distil_config["models"]["draft"]["distil"]["teacher"] = teacher
+    if teacher == "target_alt":
+        del distil_config["spec"]["generate"]["models"]["target_alt"]
+        distil_config["spec"]["speed"]["runs"].pop("target_alt")
+    with pytest.raises(ConfigError, match=f"config key 'models.draft.distil.teacher': {match}"):
+        validate(distil_config, schema)
+
+
+def test_teacher_may_not_be_distilled_from_its_student(distil_config: dict, schema: dict) -> None:
+    distil_config["models"]["draft_mid"] = {"distil": dict(copy.deepcopy(DISTIL), teacher="draft")}
+    distil_config["spec"]["generate"]["models"]["draft"] = 0.5  # the draft's responses
+    validate(distil_config, schema)  # a chain target -> draft -> draft_mid is fine
+    distil_config["models"]["draft"]["distil"]["teacher"] = "draft_mid"
+    with pytest.raises(ConfigError, match="distillation cycle draft <- draft_mid <- draft"):
+        validate(distil_config, schema)
+
+
+def test_distil_needs_the_spec_block(distil_config: dict, schema: dict) -> None:
+    distil_config["spec"] = None
+    with pytest.raises(ConfigError, match="'models.draft.distil.teacher': .*add `spec`"):
+        validate(distil_config, schema)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (("train", "top_k"), 0, "models.draft.distil.train.top_k"),
+        (("train", "beta"), -1, "models.draft.distil.train.beta"),
+        (("train", "seq_len"), 64, "models.draft.distil.train.seq_len"),  # not a distil key
+        (("init",), "svd", "models.draft.distil.init"),
+        (("arch", "family"), "gpt2", "models.draft.distil.arch.family"),
+        (("data", "val_fraction"), 0.9, "models.draft.distil.data.val_fraction"),
+    ],
+)
+def test_bad_distil_key_is_named(
+    distil_config: dict, schema: dict, path: tuple, value, named: str
+) -> None:
+    node = distil_config["models"]["draft"]["distil"]
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=f"config key '{named}'"):
+        validate(distil_config, schema)
+
+
+def test_distil_needs_teacher_arch_and_train(distil_config: dict, schema: dict) -> None:
+    del distil_config["models"]["draft"]["distil"]["train"]
+    with pytest.raises(ConfigError, match="config key 'models.draft.distil.train'"):
+        validate(distil_config, schema)
+
+
+def test_draft_quality_block_names_models_and_sets(distil_config: dict, schema: dict) -> None:
+    drafts = {"models": ["draft"], "sets": ["humaneval", "python"]}
+    distil_config["spec"]["drafts"] = drafts
+    assert validate(distil_config, schema)["spec"]["drafts"]["feeds"] == [1, 4]
+    for key, bad in (("models", ["nobody"]), ("sets", ["nothing"])):
+        distil_config["spec"]["drafts"] = {**drafts, key: bad}
+        with pytest.raises(ConfigError, match=f"config key 'spec.drafts.{key}'"):
+            validate(distil_config, schema)

@@ -90,16 +90,18 @@ def check_dataset_source(name: str, spec: Mapping[str, Any], mirror: str | None)
         )
 
 
-MODEL_SOURCES = ("hub", "pretrain", "gguf")
+MODEL_SOURCES = ("hub", "pretrain", "gguf", "distil")
 
 
 def check_model_source(name: str, spec: Mapping[str, Any]) -> None:
-    """A model comes from exactly one place: the hub, pretraining here, or a packaged GGUF."""
+    """A model comes from exactly one place: the hub, pretraining here, a packaged GGUF, or
+    distillation here from another model."""
     given = [k for k in MODEL_SOURCES if spec.get(k)]
     if len(given) != 1:
         got = f"got {', '.join(repr(k) for k in given)}" if given else "got none"
         raise ConfigError(
-            f"config key 'models.{name}': give exactly one of 'hub', 'pretrain' or 'gguf' ({got})"
+            f"config key 'models.{name}': give exactly one of 'hub', 'pretrain', 'gguf' or "
+            f"'distil' ({got})"
         )
     gguf = spec.get("gguf") or {}
     if gguf.get("sha256") and gguf.get("sha256_file"):
@@ -129,6 +131,7 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
         check_model_source(model, spec)
         if spec.get("pretrain") and not pre.get("sources"):
             raise ConfigError(f"config key 'models.{model}.pretrain': pretrain.sources is empty")
+    check_distil(config)
     check_care(config)
     if config.get("spec"):
         from kvspec.spec.settings import check_spec  # spec.settings imports ConfigError from here
@@ -136,11 +139,44 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
         check_spec(config)
 
 
+def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:
+    """`name`, its distillation teacher, that teacher's teacher, ... (stops at a repeat)."""
+    chain = [name]
+    while True:
+        distil = (config["models"].get(chain[-1]) or {}).get("distil")
+        if not distil or distil["teacher"] in chain:
+            return chain + ([distil["teacher"]] if distil else [])
+        chain.append(distil["teacher"])
+
+
+def check_distil(config: Mapping[str, Any]) -> None:
+    """Distilled models: the teacher exists, is not distilled from its student (no cycle),
+    and answers the index prompts (its responses are the training sequences)."""
+    models = config["models"]
+    generated = ((config.get("spec") or {}).get("generate") or {}).get("models", {})
+    for name, spec in models.items():
+        if not spec.get("distil"):
+            continue
+        key = f"config key 'models.{name}.distil.teacher'"
+        teacher = spec["distil"]["teacher"]
+        if teacher not in models:
+            raise ConfigError(f"{key}: unknown model {teacher!r}")
+        chain = teacher_chain(config, name)
+        if chain[-1] in chain[:-1]:
+            raise ConfigError(f"{key}: distillation cycle {' <- '.join(chain)}")
+        if not config.get("spec"):
+            raise ConfigError(f"{key}: distillation reads the teacher's responses; add `spec`")
+        if teacher not in generated:
+            raise ConfigError(
+                f"{key}: {teacher!r} answers no prompts; add it to spec.generate.models"
+            )
+
+
 def kv_width(config: Mapping[str, Any], model: str) -> int | None:
-    """g_h·d_h of `model`: kv_heads · hidden/heads of its pretrain arch, or the `kv_width` its
-    gguf block states; None when the config does not say (hub models)."""
+    """g_h·d_h of `model`: kv_heads · hidden/heads of its pretrain/distil arch, or the `kv_width`
+    its gguf block states; None when the config does not say (hub models)."""
     spec = config["models"].get(model) or {}
-    arch = (spec.get("pretrain") or {}).get("arch")
+    arch = (spec.get("pretrain") or spec.get("distil") or {}).get("arch")
     if arch:
         return arch["kv_heads"] * (arch["hidden"] // arch["heads"])
     return (spec.get("gguf") or {}).get("kv_width")

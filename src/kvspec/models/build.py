@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -21,6 +22,18 @@ ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config
 
 def model_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
     """An HF config for `spec` (the `models.<name>.pretrain.arch` block of the config)."""
+    return hf_config(
+        spec,
+        len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def hf_config(spec: Mapping[str, Any], vocab_size: int, **token_ids: Any):
+    """An HF config for an `arch` block (pretrain or distil) over `vocab_size` tokens;
+    `token_ids` are the bos/eos/pad ids."""
     arch = spec["family"]
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; known: {sorted(ARCHITECTURES)}")
@@ -28,7 +41,7 @@ def model_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
         raise ValueError(f"heads={spec['heads']} is not a multiple of kv_heads={spec['kv_heads']}")
     config_cls, _ = ARCHITECTURES[arch]
     return config_cls(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab_size,
         hidden_size=spec["hidden"],
         intermediate_size=spec["intermediate"],
         num_hidden_layers=spec["layers"],
@@ -38,9 +51,7 @@ def model_config(spec: dict[str, Any], tokenizer: PreTrainedTokenizerBase):
         max_position_embeddings=spec["max_position"],
         rope_theta=spec.get("rope_theta", 10000.0),
         tie_word_embeddings=spec.get("tie_embeddings", False),
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        **token_ids,
     )
 
 

@@ -92,3 +92,42 @@ def train_stage(
     )
     write_text(out_curve, pd.DataFrame(curve).to_csv(index=False))
     write_json(out_stats, {**stats, "provenance": provenance(decl)})
+
+
+def distil_stage(
+    *,
+    teacher: str,
+    responses: str,
+    decl: dict[str, Any],
+    seed: int,
+    threads: int,
+    out_model: str,
+    out_curve: str,
+    out_stats: str,
+    checkpoint: str | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> None:
+    """Distil a draft from the `teacher` directory on its responses (`decl`: the model's
+    config distil block); save it with the teacher's tokenizer, its curve and stats."""
+    from pathlib import Path
+
+    import pandas as pd
+    import torch
+
+    from kvspec.data.records import read_jsonl
+    from kvspec.io import atomic_path, write_json, write_text
+    from kvspec.models.distil import distil_model
+    from kvspec.models.load import load_model
+    from kvspec.provenance import provenance
+
+    torch.set_num_threads(threads)
+    model, tokenizer = load_model(teacher, dtype=dtype, device=device)
+    student, curve, stats = distil_model(model, read_jsonl(responses), decl, seed, checkpoint)
+    with atomic_path(out_model) as tmp:
+        student.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    write_text(out_curve, pd.DataFrame(curve).to_csv(index=False))
+    write_json(out_stats, {**stats, "provenance": provenance(decl, teacher=teacher)})
+    for path in (checkpoint, f"{checkpoint}.teacher") if checkpoint else ():
+        Path(path).unlink(missing_ok=True)

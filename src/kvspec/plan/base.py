@@ -21,6 +21,7 @@ class BasePlan:
         self.pretrained = [m for m in self.models if declared[m].get("pretrain")]
         self.hub_models = [m for m in self.models if declared[m].get("hub")]
         self.packaged = [m for m in self.models if declared[m].get("gguf")]
+        self.distilled = [m for m in self.models if declared[m].get("distil")]
 
     def dataset_decl(self, wildcards: Any) -> dict[str, Any]:
         """A dataset's declaration, less its free-text note (editing a note reruns nothing)."""
@@ -29,6 +30,19 @@ class BasePlan:
 
     def pretrain_decl(self, wildcards: Any) -> dict[str, Any]:
         return self.config["models"][wildcards.model]["pretrain"]
+
+    def teacher(self, model: str) -> str:
+        """The model `model` is distilled from."""
+        return self.config["models"][model]["distil"]["teacher"]
+
+    def distil_inputs(self, wildcards: Any) -> dict[str, str]:
+        """The teacher model and its greedy responses (held-out prompts included; the
+        distillation keeps only the index prompts)."""
+        teacher = self.teacher(wildcards.model)
+        return {
+            "teacher": paths.MODEL.format(model=teacher),
+            "responses": paths.RESPONSES.format(model=teacher),
+        }
 
     def hub_id(self, wildcards: Any) -> str:
         return self.config["models"][wildcards.model]["hub"]

@@ -54,6 +54,14 @@ def _base_jobs(plan: Plan, jobs: Jobs) -> None:
             paths.PRETRAIN_CURVE.format(model=m),
             paths.PRETRAIN_STATS.format(model=m),
         )
+    for m in base.distilled:
+        _add(
+            jobs,
+            "models_distil",
+            paths.MODEL.format(model=m),
+            paths.DISTIL_CURVE.format(model=m),
+            paths.DISTIL_STATS.format(model=m),
+        )
     if base.pretrained:
         _add(jobs, "pretrain_corpus", "results/pretrain/corpus.jsonl")
         _add(jobs, "pretrain_tokenizer", "results/models/tokenizer")
@@ -144,12 +152,15 @@ def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
         index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
         _add(jobs, "ngram_index", index, f"{index}.json")
     answering = {spec.target} | {m for m, corpus, _ in indexes if corpus == "responses"}
+    answering |= {plan.base.teacher(m) for m in plan.base.distilled}
     for model in answering:
         _add(jobs, "generate_gather", paths.RESPONSES.format(model=model))
         for i in range(spec.spec["generate"]["shards"]):
             _add(jobs, "generate_responses", paths.SHARD.format(model=model, shard=i))
     for f in [r["rows"] for r in spec.sweep_rows()] + [r["file"] for r in spec.main_rows()]:
         _add(jobs, "specdecode_acceptance", f)
+    for model in spec.drafts:
+        _add(jobs, "specdecode_draft_quality", paths.DRAFT_QUALITY.format(model=model))
     for model, run in spec.spec["speed"]["runs"].items():
         for bench in run["sets"]:
             _add(

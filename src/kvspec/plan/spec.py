@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.plan import paths
-from kvspec.plan.items import Output, ReportItem
+from kvspec.plan.items import Output, ReportItem, table_outputs
 from kvspec.plan.names import fraction_name
 from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
 
@@ -30,6 +30,7 @@ class SpecPlan:
         self.fractions = sorted({fraction_name(f) for f in self.spec["index"]["sft_fractions"]})
         self.heldout: list[str] = sorted(self.spec["heldout"])
         self.bench_sets: list[str] = sorted(self.spec["speed"]["sets"])
+        self.drafts: list[str] = sorted((self.spec.get("drafts") or {}).get("models", []))
 
     # ---- generation ---------------------------------------------------------------------------
     def prompt_sources(self, wildcards: Any = None) -> dict[str, str]:
@@ -110,17 +111,24 @@ class SpecPlan:
         return self.spec["speed"]["runs"][wildcards.model]["methods"]
 
     def speed_set(self, wildcards: Any) -> dict[str, Any]:
-        """The benchmark set, with the kind of its prompt source (held-out, code or math)."""
-        bench = dict(self.spec["speed"]["sets"][wildcards.bench], name=wildcards.bench)
+        return self.bench_set(wildcards.bench)
+
+    def bench_set(self, name: str) -> dict[str, Any]:
+        """A benchmark set, with the kind of its prompt source (held-out, code or math)."""
+        bench = dict(self.spec["speed"]["sets"][name], name=name)
         src = bench["prompts"]
         kind = "heldout" if src in self.spec["heldout"] else None
         bench["kind"] = kind or self.config["data"]["datasets"][src]["kind"]
         return bench
 
+    def bench_prompts(self, name: str) -> str:
+        """The file a benchmark set's prompts come from."""
+        src = self.spec["speed"]["sets"][name]["prompts"]
+        return paths.PROMPTS if src in self.spec["heldout"] else paths.DATA.format(dataset=src)
+
     def speed_inputs(self, wildcards: Any) -> dict[str, str]:
         """Target, prompts, and whatever the listed methods need (draft model, indexes)."""
-        src = self.spec["speed"]["sets"][wildcards.bench]["prompts"]
-        prompts = paths.PROMPTS if src in self.spec["heldout"] else paths.DATA.format(dataset=src)
+        prompts = self.bench_prompts(wildcards.bench)
         inputs = {"model": paths.MODEL.format(model=wildcards.model), "prompts": prompts}
         needs = {n for m in self.speed_methods(wildcards) for n in METHOD_INPUTS[m]}
         if "draft" in needs:
@@ -144,6 +152,54 @@ class SpecPlan:
             if (model == self.target) == main
             for bench in runs[model]["sets"]
         ]
+
+    # ---- draft models -------------------------------------------------------------------------
+    def draft_target(self, model: str) -> str:
+        """What a draft drafts for: the model it is distilled from, else the main target."""
+        distil = self.config["models"][model].get("distil")
+        return distil["teacher"] if distil else self.target
+
+    def draft_quality_inputs(self, wildcards: Any) -> dict[str, str]:
+        """Target, draft, and the prompt file of each measured set (`prompts_<set>`)."""
+        target = self.draft_target(wildcards.model)
+        inputs = {
+            "target": paths.MODEL.format(model=target),
+            "draft": paths.MODEL.format(model=wildcards.model),
+        }
+        return inputs | {f"prompts_{n}": self.bench_prompts(n) for n in self.spec["drafts"]["sets"]}
+
+    def draft_sets(self, wildcards: Any = None) -> dict[str, dict[str, Any]]:
+        """The prompt sets every draft is measured on (none without a `spec.drafts` block)."""
+        return {n: self.bench_set(n) for n in (self.spec.get("drafts") or {}).get("sets", [])}
+
+    def draft_rows(self) -> list[dict[str, Any]]:
+        """One row per measured draft: its quality file and, if distilled, its stats."""
+        rows = []
+        for model in self.drafts:
+            distilled = bool(self.config["models"][model].get("distil"))
+            stats = paths.DISTIL_STATS.format(model=model) if distilled else None
+            quality = paths.DRAFT_QUALITY.format(model=model)
+            target = self.draft_target(model)
+            rows.append({"model": model, "target": target, "quality": quality, "stats": stats})
+        return rows
+
+    def _drafts_item(self) -> ReportItem:
+        rows = self.draft_rows()
+        labels = {
+            n: self.spec["speed"]["sets"][n].get("label") or n for n in self.spec["drafts"]["sets"]
+        }
+        return ReportItem(
+            rule="report_draft_quality",
+            renderer="drafts:render",
+            log="logs/report/draft_quality.log",
+            category=SPEED_CATEGORY,
+            inputs={
+                "quality": [r["quality"] for r in rows],
+                "stats": [r["stats"] for r in rows if r["stats"]],
+            },
+            outputs=table_outputs("draft_quality", label="draft models"),
+            params={"rows": rows, "labels": labels},
+        )
 
     # ---- report -------------------------------------------------------------------------------
     def _paper(self, numbers: range) -> dict[str, list[str]]:
@@ -203,4 +259,4 @@ class SpecPlan:
                 "columns": dict(zip(TABLE_4_7_COLUMNS, sets, strict=False)),
             },
         )
-        return [acceptance, speed]
+        return [acceptance, speed] + ([self._drafts_item()] if self.drafts else [])

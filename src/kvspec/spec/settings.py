@@ -28,6 +28,7 @@ def check_spec(config: Mapping[str, Any]) -> None:
     _check_generate(spec, models)
     _check_acceptance(spec)
     _check_speed(spec, datasets)
+    _check_drafts(spec, models)
 
 
 def _need(ok: bool, key: str, message: str) -> None:
@@ -68,3 +69,13 @@ def _check_speed(spec: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
         for name in run["sets"]:
             _need(name in speed["sets"], f"{key}.sets", f"unknown benchmark set {name!r}")
         _need("greedy" in run["methods"], f"{key}.methods", "the baseline 'greedy' must be listed")
+
+
+def _check_drafts(spec: Mapping[str, Any], models: Mapping[str, Any]) -> None:
+    drafts = spec.get("drafts")
+    if not drafts:
+        return
+    for name in drafts["models"]:
+        _need(name in models, "spec.drafts.models", f"unknown model {name!r}")
+    for name in drafts["sets"]:
+        _need(name in spec["speed"]["sets"], "spec.drafts.sets", f"unknown benchmark set {name!r}")

@@ -204,3 +204,39 @@ def speed_stage(
     meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods}
     write_json(out_runs, {"records": records, "provenance": provenance(meta)})
     write_text(out_summary, summary.to_csv(index=False))
+
+
+def draft_quality_stage(
+    inputs: Mapping[str, str],
+    out: str,
+    *,
+    model: str,
+    sets: Mapping[str, Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    device: str,
+    dtype: str,
+    seed: int,
+    threads: int,
+) -> None:
+    """One draft's accepted length on each prompt set and its per-forward cost relative to
+    its target (`inputs`: `target`, `draft`, `prompts_<set>`; `settings`: spec.drafts)."""
+    from kvspec.models.build import count_parameters
+    from kvspec.spec.bench import bench_prompts
+    from kvspec.spec.draft_quality import draft_quality
+
+    torch.set_num_threads(threads)
+    target, tokenizer = load_model(inputs["target"], dtype=dtype, device=device)
+    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device)
+    prompts = {
+        name: bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
+        for name, bench in sets.items()
+    }
+    keys = ("k", "max_new_tokens", "cache_len", "feeds", "repeats")
+    result = draft_quality(
+        target, draft, prompts, stops=stop_ids(target, tokenizer), seed=seed,
+        **{k: settings[k] for k in keys},
+    )  # fmt: skip
+    log.info("draft %s: %s", model, result)
+    meta = {"model": model, "sets": dict(sets), "settings": dict(settings)}
+    sizes = {"target": count_parameters(target), "draft": count_parameters(draft)}
+    write_json(out, {**result, "parameters": sizes, "provenance": provenance(meta)})

@@ -1,0 +1,20 @@
+"""Rule models_distil: distil a draft model from its teacher's greedy responses; save it (with
+the teacher's tokenizer), its curve and stats."""
+
+from kvspec.logs import log_to
+from kvspec.models.stages import distil_stage
+
+with log_to(snakemake.log[0]):
+    distil_stage(
+        teacher=snakemake.input.teacher,
+        responses=snakemake.input.responses,
+        decl=snakemake.params.decl,
+        seed=snakemake.params.seed,
+        threads=snakemake.threads,
+        out_model=snakemake.output.model,
+        out_curve=snakemake.output.curve,
+        out_stats=snakemake.output.stats,
+        checkpoint=snakemake.params.checkpoint,
+        device=snakemake.params.device,
+        dtype=snakemake.params.dtype,
+    )

@@ -1,0 +1,458 @@
+"""Draft models distilled from their target: sequence-level KD on the target's own greedy
+responses plus token-level KD on its top-k log-probabilities; seeded and resumable.
+
+    L = CE(z_S, y) + β·τ²·KL_k(p_T^τ ‖ p_S^τ)
+
+y is the next token of the sequence (an index prompt + the teacher's greedy response, so on
+the response CE *is* sequence-level KD: the draft learns the teacher's argmax, which is what
+greedy verification accepts). KL_k compares both distributions coarsened to the teacher's
+top-k tokens plus one bucket for everything else: a lower bound of the full KL (coarsening
+never increases a KL), exact when k covers the vocabulary, zero when student = teacher.
+The teacher's top-k log-probs are computed once per sequence and cached, so each training
+step costs only a student pass. A draft must share the teacher's tokenizer and vocabulary;
+its embedding can start as the teacher's projected onto its top principal directions.
+Every random choice is a function of (seed, step), so a run resumed from its state file
+continues the uninterrupted run's curve and weights bit for bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from kvspec.io import atomic_path
+from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
+from kvspec.provenance import config_hash
+
+log = logging.getLogger(__name__)
+
+# (top-k ids (n, k), their log-probs (n, k), log of the mass outside them (n,)) per sequence
+Targets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class DistilSpec:
+    """Optimisation settings (the `models.<name>.distil.train` block of the config)."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    beta: float = 1.0
+    tau: float = 1.0
+    top_k: int = 64
+    freeze_embeddings: bool = False
+    eval_every: int = 50
+    ckpt_every: int = 50
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any], seed: int) -> DistilSpec:
+        return cls(seed=seed, **cfg)
+
+
+def lr_at(step: int, spec: DistilSpec) -> float:
+    """Linear warmup to `lr`, then cosine decay to `min_lr_ratio·lr` at the last step."""
+    decay = spec.steps - 1 - spec.warmup_steps
+    return warmup_cosine(step, spec.lr, spec.warmup_steps, decay, spec.min_lr_ratio)
+
+
+# ---------------------------------------------------------------- sequences
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One training sequence: token ids, and the first position whose next token is learned
+    (the last prompt token, whose successor is the first response token, unless the prompt
+    is learned too)."""
+
+    id: str
+    ids: tuple[int, ...]
+    start: int
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.ids) - 1 - self.start
+
+
+def distil_sequences(
+    records: Iterable[Mapping[str, Any]], *, max_len: int, prompt_loss: bool
+) -> list[Sequence]:
+    """Prompt + greedy response of every *index* record (its first `max_len` tokens); records
+    of held-out splits never enter, nor do records without a learned token."""
+    seqs = []
+    for r in records:
+        if r["split"] != "index" or not r["response_ids"]:
+            continue
+        ids = (list(r["prompt_ids"]) + list(r["response_ids"]))[:max_len]
+        start = 0 if prompt_loss else len(r["prompt_ids"]) - 1
+        if len(ids) - 1 > start:
+            seqs.append(Sequence(str(r["id"]), tuple(int(t) for t in ids), start))
+    return seqs
+
+
+def split_sequences(
+    seqs: list[Sequence], val_fraction: float, seed: int
+) -> tuple[list[Sequence], list[Sequence]]:
+    """(train, val): a seeded `val_fraction` of the sequences (at least one if the fraction
+    is positive) held out for validation; both keep the input order."""
+    n_val = min(len(seqs) - 1, max(1, round(val_fraction * len(seqs)))) if val_fraction else 0
+    val_idx = set(np.random.default_rng([seed, 1]).permutation(len(seqs))[:n_val].tolist())
+    train = [s for i, s in enumerate(seqs) if i not in val_idx]
+    return train, [s for i, s in enumerate(seqs) if i in val_idx]
+
+
+@dataclass
+class Batch:
+    """Right-padded sequences and which positions are learned. Causal attention never lets a
+    real token see the padding after it, so no attention mask is needed."""
+
+    ids: torch.Tensor  # (B, T)
+    mask: torch.Tensor  # (B, T) bool: positions whose next token is learned
+    labels: torch.Tensor  # (N,) those next tokens, row-major (N = mask.sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(self.ids.to(device), self.mask.to(device), self.labels.to(device))
+
+
+def make_batch(seqs: list[Sequence], pad_id: int = 0) -> Batch:
+    width = max(len(s.ids) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)  # (B, T)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s.ids)] = torch.tensor(s.ids, dtype=torch.long)
+        mask[row, s.start : len(s.ids) - 1] = True
+    nxt = torch.roll(ids, -1, dims=1)  # (B, T): token t+1 at position t
+    return Batch(ids, mask, nxt[mask])
+
+
+def batch_indices(n: int, spec: DistilSpec, step: int) -> list[int]:
+    """Sequences of `step`: consecutive slices of seeded per-epoch permutations of n, so each
+    epoch sees every sequence once and the choice depends only on (seed, step)."""
+    perms: dict[int, np.ndarray] = {}
+    out = []
+    for pos in range(step * spec.batch_size, (step + 1) * spec.batch_size):
+        epoch, i = divmod(pos, n)
+        if epoch not in perms:
+            perms[epoch] = np.random.default_rng([spec.seed, 0, epoch]).permutation(n)
+        out.append(int(perms[epoch][i]))
+    return out
+
+
+# ---------------------------------------------------------------- models
+
+
+def student_config(arch: Mapping[str, Any], teacher_config: Any) -> Any:
+    """An HF config for `arch` (a `distil.arch` block) with the teacher's vocabulary and
+    special token ids, so that the two models' logits are comparable token by token."""
+    from kvspec.models.build import hf_config
+
+    ids = {k: getattr(teacher_config, k, None) for k in ("bos_token_id", "eos_token_id")}
+    pad = getattr(teacher_config, "pad_token_id", None)
+    return hf_config(arch, teacher_config.vocab_size, pad_token_id=pad, **ids)
+
+
+def principal_projection(weight: torch.Tensor, rank: int) -> torch.Tensor:
+    """(V, rank): the rows of `weight` (V, H) in the coordinates of its top-`rank` right
+    singular directions (= U_r·S_r, the best rank-r approximation of the rows)."""
+    if rank > weight.shape[1]:
+        raise ValueError(f"cannot project width {weight.shape[1]} onto {rank} directions")
+    _, _, vh = torch.linalg.svd(weight.double(), full_matrices=False)  # vh: (H, H)
+    return (weight.double() @ vh[:rank].T).to(weight.dtype)  # (V, rank)
+
+
+def build_student(
+    arch: Mapping[str, Any], teacher: torch.nn.Module, seed: int, init: str = "pca"
+) -> torch.nn.Module:
+    """A seeded student for `arch`, with the teacher's generation settings (stop tokens);
+    `init="pca"` starts its embeddings as the teacher's principal projections."""
+    from kvspec.models.build import ARCHITECTURES
+
+    if init not in ("pca", "random"):
+        raise ValueError(f"init must be 'pca' or 'random', got {init!r}")
+    torch.manual_seed(seed)
+    student = ARCHITECTURES[arch["family"]][1](student_config(arch, teacher.config))
+    student.generation_config = copy.deepcopy(teacher.generation_config)
+    if init == "pca":
+        with torch.no_grad():
+            emb = teacher.get_input_embeddings().weight
+            student.get_input_embeddings().weight.copy_(principal_projection(emb, arch["hidden"]))
+            if not student.config.tie_word_embeddings:
+                out = teacher.get_output_embeddings().weight
+                head = principal_projection(out, arch["hidden"])
+                student.get_output_embeddings().weight.copy_(head)
+    return student.train()
+
+
+def learned_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """The student's logits at the learned positions only (N, V): the LM head, which
+    dominates a small model's cost at a large vocabulary, skips prompt and padding."""
+    hidden = model.base_model(input_ids=batch.ids).last_hidden_state  # (B, T, H)
+    return model.get_output_embeddings()(hidden[batch.mask])  # (N, V)
+
+
+# ---------------------------------------------------------------- teacher targets
+
+
+@torch.no_grad()
+def teacher_targets(
+    teacher: torch.nn.Module,
+    seqs: list[Sequence],
+    *,
+    top_k: int,
+    tau: float,
+    batch_size: int,
+    pad_id: int = 0,
+) -> tuple[dict[str, Targets], float]:
+    """Per sequence id, the teacher's top-k log p^τ at every learned position and the log
+    of the mass outside them; and the share of positions whose teacher argmax is the
+    sequence's next token (≈ 1 on its own greedy responses: a check that both line up).
+    Batches hold sequences of similar length (less padding)."""
+    teacher.eval()
+    out: dict[str, Targets] = {}
+    hits = total = 0
+    ordered = sorted(seqs, key=lambda s: len(s.ids))
+    chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
+    for chunk in tqdm(chunks, desc="teacher", unit="batch", mininterval=10):
+        batch = make_batch(chunk, pad_id).to(teacher.device)
+        logits = teacher(input_ids=batch.ids).logits[batch.mask].float()  # (N, V)
+        hits += int((logits.argmax(-1) == batch.labels).sum())
+        total += len(batch.labels)
+        top = tuple(t.cpu() for t in _topk(logits, top_k, tau))
+        for s, rows in zip(chunk, _split_rows(top, chunk), strict=True):
+            out[s.id] = rows
+    return out, hits / max(1, total)
+
+
+def _topk(logits: torch.Tensor, top_k: int, tau: float) -> Targets:
+    logp = F.log_softmax(logits / tau, dim=-1)  # (N, V)
+    top = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # (N, k)
+    rest = torch.logsumexp(logp.scatter(-1, top.indices, float("-inf")), dim=-1)  # (N,)
+    return top.indices, top.values, rest
+
+
+def _split_rows(targets: Targets, seqs: list[Sequence]) -> list[Targets]:
+    sizes = [s.n_targets for s in seqs]
+    parts = [t.split(sizes) for t in targets]
+    return [tuple(p[i].clone() for p in parts) for i in range(len(seqs))]  # type: ignore[misc]
+
+
+def batch_targets(
+    targets: Mapping[str, Targets], seqs: list[Sequence], device: torch.device | str = "cpu"
+) -> Targets:
+    """The cached targets of `seqs`, row-major like `Batch.labels`."""
+    return tuple(torch.cat([targets[s.id][j] for s in seqs]).to(device) for j in range(3))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- loss
+
+
+def topk_kl(student_logits: torch.Tensor, targets: Targets, tau: float) -> torch.Tensor:
+    """Mean over positions of KL(p_T^τ ‖ p_S^τ) on the teacher's top-k tokens plus one bucket
+    for the rest of the vocabulary (the full KL when k covers it)."""
+    return topk_kl_logp(F.log_softmax(student_logits.float() / tau, dim=-1), targets)
+
+
+def topk_kl_logp(student_logp: torch.Tensor, targets: Targets) -> torch.Tensor:
+    """`topk_kl` from the student's log-probabilities at τ (N, V). The student's rest mass is
+    1 - its mass on the teacher's top k (in float64, floored at 1e-9 so that a student sure of
+    those k tokens keeps a finite log): no second pass over the vocabulary."""
+    t_ids, t_logp, t_rest = targets
+    s_top = student_logp.gather(-1, t_ids)  # (N, k)
+    kl = (t_logp.exp() * (t_logp - s_top)).sum(-1)  # (N,)
+    if t_ids.shape[-1] < student_logp.shape[-1]:
+        covered = s_top.double().exp().sum(-1)  # (N,)
+        s_rest = torch.log1p(-covered.clamp(max=1 - 1e-9)).to(kl.dtype)  # (N,)
+        kl = kl + t_rest.exp() * (t_rest - s_rest)
+    return kl.mean()
+
+
+def distil_loss(
+    student: torch.nn.Module, batch: Batch, targets: Targets | None, spec: DistilSpec
+) -> tuple[torch.Tensor, float, float]:
+    """(L, CE, KL) on one batch; without targets (β = 0) L is the CE alone. At τ = 1 the CE
+    and the KL share one log-softmax over the vocabulary (the costliest elementwise pass)."""
+    logits = learned_logits(student, batch).float()  # (N, V)
+    logp = F.log_softmax(logits, dim=-1)  # (N, V)
+    ce = F.nll_loss(logp, batch.labels)
+    if targets is None or spec.beta == 0:
+        return ce, float(ce.detach()), 0.0
+    at_tau = logp if spec.tau == 1 else F.log_softmax(logits / spec.tau, dim=-1)
+    kd = topk_kl_logp(at_tau, targets)
+    return ce + spec.beta * spec.tau**2 * kd, float(ce.detach()), float(kd.detach())
+
+
+@torch.no_grad()
+def evaluate(
+    student: torch.nn.Module,
+    seqs: list[Sequence],
+    targets: Mapping[str, Targets] | None,
+    spec: DistilSpec,
+    pad_id: int = 0,
+) -> dict[str, float]:
+    """Token-weighted validation CE, KL and top-1 agreement with the teacher's next token
+    (the per-token chance that greedy verification accepts the draft's token)."""
+    was_training = student.training
+    student.eval()
+    sums = {"ce": 0.0, "kl": 0.0, "match": 0.0}
+    total = 0
+    for i in range(0, len(seqs), spec.batch_size):
+        chunk = seqs[i : i + spec.batch_size]
+        batch = make_batch(chunk, pad_id).to(student.device)
+        logits = learned_logits(student, batch)  # (N, V)
+        n = len(batch.labels)
+        sums["ce"] += float(F.cross_entropy(logits.float(), batch.labels)) * n
+        sums["match"] += float((logits.argmax(-1) == batch.labels).sum())
+        if targets is not None and spec.beta > 0:
+            tgt = batch_targets(targets, chunk, student.device)
+            sums["kl"] += float(topk_kl(logits, tgt, spec.tau)) * n
+        total += n
+    student.train(was_training)
+    return {f"val_{k}": v / max(1, total) for k, v in sums.items()}
+
+
+# ---------------------------------------------------------------- loop
+
+
+def distil_train(
+    student: torch.nn.Module,
+    train: list[Sequence],
+    val: list[Sequence],
+    spec: DistilSpec,
+    targets: Mapping[str, Targets] | None = None,
+    checkpoint: str | Path | None = None,
+    fingerprint: str = "",
+    pad_id: int = 0,
+) -> list[dict[str, float]]:
+    """Train the student in place; return the curve (one row per evaluation). Resumes from
+    `checkpoint` if it holds a state of the same spec and `fingerprint` (architecture and
+    data), and rewrites it every `ckpt_every` steps."""
+    if not train:
+        raise ValueError("no training sequences")
+    torch.manual_seed(spec.seed)
+    ckpt = Path(checkpoint) if checkpoint else None
+    if spec.freeze_embeddings:  # the (projected) input and output embeddings stay as built
+        for emb in (student.get_input_embeddings(), student.get_output_embeddings()):
+            emb.weight.requires_grad_(False)
+    opt = adamw(student, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
+    tag = config_hash([asdict(spec), fingerprint])
+    start, curve = load_state(ckpt, student, opt, tag)
+    seen = np.cumsum([0] + [_step_targets(train, spec, s) for s in range(spec.steps)])
+    student.train()
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, spec.steps), desc="distil", mininterval=10, initial=start,
+               total=spec.steps)  # fmt: skip
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, spec)
+        chunk = [train[i] for i in batch_indices(len(train), spec, step)]
+        batch = make_batch(chunk, pad_id).to(student.device)
+        use_kd = targets is not None and spec.beta > 0
+        tgt = batch_targets(targets, chunk, student.device) if use_kd else None
+        loss, ce, kd = distil_loss(student, batch, tgt, spec)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), spec.grad_clip)
+        opt.step()
+        done = step + 1
+        if done % spec.eval_every == 0 or done == spec.steps:
+            row = {"step": done, "tokens": int(seen[done]), "lr": lr_at(step, spec),
+                   "train_loss": float(loss.detach()), "train_ce": ce, "train_kl": kd,
+                   **(evaluate(student, val, targets, spec, pad_id) if val else {}),
+                   "seconds": time.perf_counter() - t0}  # fmt: skip
+            curve.append(row)
+            bar.set_postfix(loss=f"{row['train_loss']:.3f}", match=f"{row.get('val_match', 0):.3f}")
+            log.info("step %d %s", done, {k: round(v, 4) for k, v in row.items() if k != "step"})
+        if ckpt and done % spec.ckpt_every == 0 and done < spec.steps:
+            save_state(ckpt, student, opt, done, curve, tag)
+    return curve
+
+
+def _step_targets(train: list[Sequence], spec: DistilSpec, step: int) -> int:
+    return sum(train[i].n_targets for i in batch_indices(len(train), spec, step))
+
+
+def cached_teacher_targets(
+    teacher: torch.nn.Module,
+    seqs: list[Sequence],
+    spec: DistilSpec,
+    *,
+    batch_size: int,
+    cache: Path | None,
+    pad_id: int = 0,
+) -> tuple[dict[str, Targets], float, float]:
+    """`teacher_targets` of `seqs`, read from `cache` when it was written for the same
+    sequences and settings (a resumed run skips the teacher pass); (targets, argmax
+    agreement, seconds spent here)."""
+    t0 = time.perf_counter()
+    tag = config_hash([[s.ids for s in seqs], spec.top_k, spec.tau, teacher.config.to_dict()])
+    if cache and cache.exists():
+        state = torch.load(cache, weights_only=False)
+        if state["tag"] == tag:
+            log.info("teacher targets read from %s", cache)
+            return state["targets"], state["agreement"], time.perf_counter() - t0
+    targets, agreement = teacher_targets(
+        teacher, seqs, top_k=spec.top_k, tau=spec.tau, batch_size=batch_size, pad_id=pad_id
+    )
+    if cache:
+        with atomic_path(cache) as tmp:
+            torch.save({"tag": tag, "targets": targets, "agreement": agreement}, tmp)
+    return targets, agreement, time.perf_counter() - t0
+
+
+def distil_model(
+    teacher: torch.nn.Module,
+    records: Iterable[Mapping[str, Any]],
+    decl: Mapping[str, Any],
+    seed: int,
+    checkpoint: str | Path | None = None,
+) -> tuple[torch.nn.Module, list[dict[str, float]], dict[str, Any]]:
+    """Build, distil and return a student for `decl` (a `models.<name>.distil` block) from
+    the teacher's response records; also its curve and a summary (sizes, data, speed)."""
+    from kvspec.models.build import count_parameters
+
+    data, spec = decl["data"], DistilSpec.from_config(decl["train"], seed)
+    seqs = distil_sequences(records, max_len=data["max_len"], prompt_loss=data["prompt_loss"])
+    train, val = split_sequences(seqs, data["val_fraction"], seed)
+    log.info("%d training / %d validation sequences", len(train), len(val))
+    pad_id = int(teacher.config.pad_token_id or 0)
+    ckpt = Path(checkpoint) if checkpoint else None
+    targets, agreement, teacher_seconds = (None, float("nan"), 0.0)
+    if spec.beta > 0:
+        cache = ckpt.with_name(ckpt.name + ".teacher") if ckpt else None
+        targets, agreement, teacher_seconds = cached_teacher_targets(
+            teacher, train + val, spec, batch_size=data["teacher_batch"], cache=cache,
+            pad_id=pad_id,
+        )  # fmt: skip
+        log.info("teacher targets: %.1f s, argmax = next token at %.4f", teacher_seconds, agreement)
+    student = build_student(decl["arch"], teacher, seed, decl["init"]).to(teacher.device)
+    fingerprint = config_hash([decl["arch"], decl["init"], data, [s.ids for s in train]])
+    t0 = time.perf_counter()
+    curve = distil_train(student, train, val, spec, targets, ckpt, fingerprint, pad_id)
+    last = curve[-1]
+    stats = {
+        "teacher_parameters": count_parameters(teacher),
+        "parameters": count_parameters(student),
+        "sequences": {"train": len(train), "val": len(val)},
+        "train_targets": sum(s.n_targets for s in train),
+        "steps": spec.steps,
+        "tokens_seen": last["tokens"],
+        "teacher_argmax_agreement": agreement,
+        "final": {k: v for k, v in last.items() if k.startswith(("train_", "val_"))},
+        "teacher_seconds": teacher_seconds,
+        "train_seconds_this_run": time.perf_counter() - t0,
+    }
+    return student.eval(), curve, stats

@@ -1,0 +1,306 @@
+"""Distillation of draft models: the loss, the loop (learning, resume), the data it may read,
+and the stage's files (tiny seeded teacher and students)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kvspec.care.heal import kd_loss
+from kvspec.models import distil
+from kvspec.models.distil import (
+    DistilSpec,
+    build_student,
+    distil_loss,
+    distil_sequences,
+    distil_train,
+    make_batch,
+    principal_projection,
+    split_sequences,
+    teacher_targets,
+    topk_kl,
+)
+from kvspec.spec.decode import greedy_generate
+
+from ..tiny import tiny_llama
+
+VOCAB = 48
+HELD_OUT_TOKEN = VOCAB - 1  # appears only in held-out prompts
+ARCH = {"family": "llama", "hidden": 16, "intermediate": 32, "layers": 1, "heads": 2,
+        "kv_heads": 1, "max_position": 64, "tie_embeddings": True}  # fmt: skip
+DECL = {
+    "teacher": "target",
+    "arch": ARCH,
+    "init": "pca",
+    "train": {"steps": 12, "batch_size": 4, "lr": 1e-2, "warmup_steps": 2, "beta": 1.0,
+              "tau": 1.0, "top_k": 8, "eval_every": 4, "ckpt_every": 4, "min_lr_ratio": 0.1,
+              "weight_decay": 0.0, "grad_clip": 1.0},
+    "data": {"val_fraction": 0.2, "max_len": 40, "prompt_loss": False, "teacher_batch": 4},
+}  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Milliseconds-sized ops: one thread is faster than two fighting a loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def spec(**kw) -> DistilSpec:
+    return DistilSpec.from_config({**DECL["train"], **kw}, seed=0)
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    """A random tiny Llama made confident (a scaled LM head), like a trained teacher; a flat
+    random-init distribution would make its argmax and its KL pull the student apart."""
+    model = tiny_llama(0, vocab=VOCAB, hidden=32, intermediate=64, double=False)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model
+
+
+def _records(teacher, n_index: int = 24, n_heldout: int = 4) -> list[dict]:
+    """Index and held-out records with the teacher's greedy responses; only held-out prompts
+    contain HELD_OUT_TOKEN."""
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(n_index + n_heldout):
+        split = "index" if i < n_index else "general"
+        prompt = rng.integers(0, HELD_OUT_TOKEN, rng.integers(3, 10)).tolist()
+        if split != "index":
+            prompt[1] = HELD_OUT_TOKEN
+        response = greedy_generate(teacher, prompt, 12)
+        if split == "index" and HELD_OUT_TOKEN in response:  # keep the greedy prefix before it
+            response = response[: response.index(HELD_OUT_TOKEN)]
+        records.append({"id": f"p{i}", "split": split, "prompt_ids": prompt,
+                        "response_ids": response})  # fmt: skip
+    return records
+
+
+@pytest.fixture(scope="module")
+def records(teacher) -> list[dict]:
+    return _records(teacher)
+
+
+@pytest.fixture(scope="module")
+def seqs(records):
+    return distil_sequences(records, max_len=40, prompt_loss=False)
+
+
+# ---------------------------------------------------------------- data
+
+
+def test_sequences_learn_only_the_response_of_index_records(records, seqs) -> None:
+    index = [r for r in records if r["split"] == "index"]
+    assert [s.id for s in seqs] == [r["id"] for r in index]
+    first = index[0]
+    assert seqs[0].ids == tuple(first["prompt_ids"] + first["response_ids"])
+    assert seqs[0].start == len(first["prompt_ids"]) - 1  # predicts the first response token
+    batch = make_batch(seqs[:3])
+    assert batch.labels.tolist() == [t for r in index[:3] for t in r["response_ids"]]
+    with_prompt = distil_sequences(records, max_len=6, prompt_loss=True)
+    assert all(len(s.ids) <= 6 and s.start == 0 for s in with_prompt)
+
+
+def test_split_is_seeded_disjoint_and_complete(seqs) -> None:
+    train, val = split_sequences(seqs, 0.2, seed=0)
+    assert (
+        len(val) == round(0.2 * len(seqs)) and {s.id for s in train} & {s.id for s in val} == set()
+    )
+    assert len(train) + len(val) == len(seqs)
+    assert split_sequences(seqs, 0.2, seed=0) == (train, val)
+    assert split_sequences(seqs, 0.2, seed=1)[1] != val
+    assert split_sequences(seqs, 0.0, seed=0) == (seqs, [])
+
+
+def test_held_out_prompts_never_enter_training(teacher, records, monkeypatch) -> None:
+    seen: list[torch.Tensor] = []
+    real = distil.make_batch
+    monkeypatch.setattr(
+        distil, "make_batch", lambda s, pad=0: seen.append(real(s, pad).ids) or real(s, pad)
+    )
+    distil.distil_model(teacher, records, DECL, seed=0)
+    assert seen and all(not (ids == HELD_OUT_TOKEN).any() for ids in seen)  # teacher, train, val
+
+
+# ---------------------------------------------------------------- loss
+
+
+def test_loss_is_ce_when_beta_is_zero(teacher, seqs) -> None:
+    student = build_student(ARCH, teacher, seed=0, init="random")
+    batch = make_batch(seqs[:4])
+    loss, ce, kl = distil_loss(student, batch, None, spec(beta=0.0))
+    with torch.no_grad():
+        logits = student(input_ids=batch.ids).logits[batch.mask]  # (N, V) the plain forward
+    want = float(F.cross_entropy(logits, batch.labels))
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-5)
+    assert kl == 0.0 and ce == pytest.approx(float(loss.detach()))
+
+
+def test_kl_is_zero_when_the_student_is_the_teacher(teacher, seqs) -> None:
+    batch = make_batch(seqs[:4])
+    with torch.no_grad():
+        logits = teacher(input_ids=batch.ids).logits[batch.mask]  # (N, V)
+    for k in (3, VOCAB):
+        targets, agreement = teacher_targets(teacher, seqs[:4], top_k=k, tau=2.0, batch_size=2)
+        assert agreement == 1.0  # its own greedy responses
+        cat = distil.batch_targets(targets, seqs[:4])
+        assert float(topk_kl(logits, cat, tau=2.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_topk_kl_is_the_full_kl_at_full_k_and_a_lower_bound_below(teacher, seqs) -> None:
+    student = build_student(ARCH, teacher, seed=1, init="random")
+    batch = make_batch(seqs[:4])
+    with torch.no_grad():
+        s_logits = distil.learned_logits(student, batch)
+        t_logits = teacher(input_ids=batch.ids).logits[batch.mask]
+    full = float(kd_loss(s_logits, t_logits, tau=2.0))
+    kls = []
+    for k in (1, 4, 16, VOCAB):
+        targets, _ = teacher_targets(teacher, seqs[:4], top_k=k, tau=2.0, batch_size=4)
+        kls.append(float(topk_kl(s_logits, distil.batch_targets(targets, seqs[:4]), tau=2.0)))
+    assert kls[-1] == pytest.approx(full, rel=1e-5)
+    assert all(0 <= a <= b + 1e-6 for a, b in zip(kls, kls[1:], strict=False))  # finer, larger
+
+
+def test_pca_init_projects_the_teacher_embedding(teacher) -> None:
+    emb = teacher.get_input_embeddings().weight.detach()  # (V, 32)
+    full = principal_projection(emb, 32)
+    assert torch.allclose(full @ full.T, emb @ emb.T, atol=1e-4)  # a rotation at full rank
+    student = build_student(ARCH, teacher, seed=0, init="pca")
+    got = student.get_input_embeddings().weight.detach()
+    assert torch.allclose(got, principal_projection(emb, ARCH["hidden"]))
+    assert student.generation_config.eos_token_id == teacher.generation_config.eos_token_id
+    with pytest.raises(ValueError, match="cannot project"):
+        principal_projection(emb, 33)
+
+
+# ---------------------------------------------------------------- loop
+
+
+def _train(teacher, seqs, s: DistilSpec, seed: int = 0, **kw):
+    train, val = split_sequences(seqs, 0.2, seed=0)
+    targets, _ = teacher_targets(teacher, seqs, top_k=s.top_k, tau=s.tau, batch_size=8)
+    student = build_student(ARCH, teacher, seed=seed)
+    return student, distil_train(student, train, val, s, targets, **kw)
+
+
+def test_a_few_steps_reduce_the_loss(teacher, seqs) -> None:
+    _, curve = _train(teacher, seqs, spec(steps=40, eval_every=10))
+    assert curve[-1]["val_ce"] < curve[0]["val_ce"] - 0.3
+    assert curve[-1]["val_kl"] < curve[0]["val_kl"]
+    assert curve[-1]["val_match"] > curve[0]["val_match"]
+    assert curve[-1]["tokens"] > curve[0]["tokens"] > 0
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _rows(curve) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in curve]
+
+
+def test_resume_after_interruption_gives_identical_weights_and_curve(
+    teacher, seqs, tmp_path: Path, monkeypatch
+) -> None:
+    s = spec()
+    full_model, full = _train(teacher, seqs, s)
+    ckpt = tmp_path / "state.pt"
+    real = distil.lr_at
+
+    def crash_at_step_10(step: int, sp: DistilSpec) -> float:
+        if step == 10:
+            raise KeyboardInterrupt  # killed mid-run, after the checkpoint at step 8
+        return real(step, sp)
+
+    monkeypatch.setattr(distil, "lr_at", crash_at_step_10)
+    with pytest.raises(KeyboardInterrupt):
+        _train(teacher, seqs, s, checkpoint=ckpt, fingerprint="f")
+    monkeypatch.setattr(distil, "lr_at", real)
+    assert torch.load(ckpt, weights_only=False)["step"] == 8
+    model, resumed = _train(teacher, seqs, s, seed=7, checkpoint=ckpt, fingerprint="f")
+    assert _rows(resumed) == _rows(full)
+    got, want = _weights(model), _weights(full_model)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    # a state of another configuration is ignored, not loaded
+    _, other = _train(teacher, seqs, s, checkpoint=ckpt, fingerprint="other")
+    assert _rows(other) == _rows(full)
+
+
+def test_frozen_embeddings_stay_as_initialised(teacher, seqs) -> None:
+    student, curve = _train(teacher, seqs, spec(freeze_embeddings=True))
+    want = principal_projection(teacher.get_input_embeddings().weight.detach(), ARCH["hidden"])
+    assert torch.equal(student.get_input_embeddings().weight.detach(), want)
+    assert curve[-1]["val_ce"] < curve[0]["val_ce"]  # the layers still learn
+
+
+def test_distil_model_without_teacher_pass_when_beta_is_zero(teacher, records) -> None:
+    decl = {**DECL, "train": {**DECL["train"], "beta": 0.0, "steps": 4}}
+    student, curve, stats = distil.distil_model(teacher, records, decl, seed=0)
+    assert stats["teacher_seconds"] == 0.0 and np.isnan(stats["teacher_argmax_agreement"])
+    assert curve[-1]["val_kl"] == 0.0 and stats["sequences"] == {"train": 19, "val": 5}
+    assert stats["parameters"] < stats["teacher_parameters"]
+    assert student.config.vocab_size == VOCAB
+
+
+# ---------------------------------------------------------------- stage
+
+
+def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvspec.models.build import build_model
+    from kvspec.models.stages import distil_stage
+    from kvspec.models.tokenizer import train_tokenizer
+    from kvspec.spec.generate import prompt_ids
+
+    tok = train_tokenizer(["def f(x): return x + 1\n" * 20, "hello world " * 20], 300, 64)
+    arch = {**ARCH, "hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2}
+    teacher = build_model(arch, tok, seed=0).eval()
+    teacher_dir = tmp_path / "models" / "target"
+    teacher.save_pretrained(teacher_dir)
+    tok.save_pretrained(teacher_dir)
+    rows = []
+    for i, text in enumerate(["def f", "hello", "return x", "world", "f(x)", "x + 1"]):
+        ids = prompt_ids(tok, text)
+        resp = greedy_generate(teacher, ids, 8, teacher.generation_config.eos_token_id)
+        rows.append({"id": str(i), "split": "index" if i < 5 else "general",
+                     "prompt_ids": ids, "response_ids": resp})  # fmt: skip
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    decl = {**DECL, "train": {**DECL["train"], "steps": 4, "batch_size": 2}}
+    out = tmp_path / "out"
+    ckpt = tmp_path / "ckpt" / "draft.pt"
+    distil_stage(
+        teacher=str(teacher_dir), responses=str(responses), decl=decl, seed=0, threads=1,
+        out_model=str(out / "draft"), out_curve=str(out / "curve.csv"),
+        out_stats=str(out / "stats.json"), checkpoint=str(ckpt),
+    )  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(out / "draft")
+    assert model.config.hidden_size == 16 and model.config.vocab_size == teacher.config.vocab_size
+    saved = AutoTokenizer.from_pretrained(out / "draft")
+    assert saved.get_vocab() == tok.get_vocab() and saved.chat_template == tok.chat_template
+    assert model.generation_config.eos_token_id == teacher.generation_config.eos_token_id
+    curve = pd.read_csv(out / "curve.csv")
+    assert list(curve["step"]) == [4] and {"val_ce", "val_match", "train_kl"} <= set(curve)
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["sequences"] == {"train": 4, "val": 1}
+    assert stats["provenance"]["teacher"] == str(teacher_dir) and stats["provenance"]["config_hash"]
+    assert not ckpt.exists() and not Path(f"{ckpt}.teacher").exists()  # cleaned up
+
+
+def test_spec_dataclass_matches_the_schema(schema: dict) -> None:
+    props = schema["definitions"]["distil"]["properties"]["train"]["properties"]
+    fields = {f.name for f in dataclasses.fields(DistilSpec)} - {"seed"}
+    assert fields == set(props)

@@ -1,0 +1,63 @@
+"""The draft-model table: one row per draft and prompt set, distillation stats when present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from kvspec.report import render
+
+
+def _quality(accept: dict[str, float]) -> dict:
+    costs = {"1": {"target_ms": 60.0, "draft_ms": 6.0, "ratio": 0.1},
+             "4": {"target_ms": 90.0, "draft_ms": 9.0, "ratio": 0.1},
+             "5": {"target_ms": 100.0, "draft_ms": 10.0, "ratio": 0.1}}  # fmt: skip
+    sets = {
+        s: {"accept_len": a, "acceptance": 0.5, "predicted_speedup": 1.5} for s, a in accept.items()
+    }
+    return {"k": 4, "cache_len": 256, "costs": costs, "sets": sets,
+            "parameters": {"target": 134_515_008, "draft": 16_000_000}}  # fmt: skip
+
+
+def test_draft_table(tmp_path: Path) -> None:
+    files = {}
+    for name, accept in (
+        ("draft", {"humaneval": 2.0, "general": 1.5}),
+        ("old", {"humaneval": 1.2, "general": 1.1}),
+    ):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(_quality(accept)))
+    stats = tmp_path / "stats.json"
+    stats.write_text(
+        json.dumps({"train_seconds_this_run": 123.45, "final": {"val_match": 0.61234}})
+    )
+    item = {
+        "rows": [
+            {
+                "model": "draft",
+                "target": "target",
+                "quality": str(files["draft"]),
+                "stats": str(stats),
+            },
+            {"model": "old", "target": "target", "quality": str(files["old"]), "stats": None},
+        ],
+        "labels": {"humaneval": "HumanEval", "general": "General"},
+    }
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    render(
+        "drafts:render",
+        item,
+        {"quality": [str(f) for f in files.values()], "stats": [str(stats)]},
+        out,
+    )
+    df = pd.read_csv(out["csv"])
+    assert list(df["draft"]) == ["draft", "draft", "old", "old"]
+    assert list(df["set"]) == ["HumanEval", "General"] * 2
+    row = df.iloc[0]
+    assert row["accept_len"] == 2.0 and row["acceptance_%"] == 50.0 and row["cost_ratio_q5"] == 0.1
+    assert row["distil_seconds"] == 123.5 and row["val_match"] == pytest.approx(0.612)
+    assert pd.isna(df.iloc[2]["distil_seconds"])  # not distilled here
+    assert "predicted_speedup = " in Path(out["md"]).read_text()
