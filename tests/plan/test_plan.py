@@ -78,12 +78,13 @@ def test_columns_of_each_evaluation(plans) -> None:
     """Tables 3.1/3.2 rows get every column; an ablation-only variant only its table's."""
     plan = plans["config"]
     cols = plan.evaluate.columns
-    every = set(plan.config["eval"]["tasks"])
+    every = set(plan.config["care"]["columns"])  # mini: the columns with signal, not all tasks
+    assert every < set(plan.config["eval"]["tasks"])
     for row in plan.care.table_rows("target"):
         assert cols[("target", row["variant"])] == every
     only_3_4 = [r["variant"] for r in plan.care.table_3_4_rows() if r["label"] == "c4"]
     assert cols[("target", only_3_4[0])] == set(plan.config["care"]["table_3_4"]["columns"])
-    assert cols[("target", Healed("svd", 49152))] == every
+    assert cols[("target", Healed("svd", 6144))] == set(plan.config["care"]["heal"]["columns"])
     assert cols[("target", Original())] == every
 
 
@@ -152,7 +153,8 @@ def test_draft_quality_against_the_teacher(plans) -> None:
     assert item.params["rows"] == [{"model": "draft", "target": "target",
                                     "quality": "results/draft_quality/draft.json",
                                     "stats": "results/distil/draft/stats.json"}]  # fmt: skip
-    assert plans["config"].spec.drafts == []  # no spec.drafts block: no jobs, no table
+    assert plans["config"].spec.drafts == ["draft", "draft_mid"]
+    assert plans["paper"].spec.drafts == []  # no spec.drafts block: no jobs, no table
 
 
 def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
