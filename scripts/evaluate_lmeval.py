@@ -1,18 +1,16 @@
-"""Rules evaluate_original / evaluate_lmeval: lm-eval metrics of one (converted) model."""
-
-import torch
+"""Rules evaluate_original / evaluate_lmeval / evaluate_healed: lm-eval metrics of one model."""
 
 from kvspec.care.pipeline import evaluate_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    torch.set_num_threads(snakemake.threads)
-    meta = {"model": snakemake.wildcards.model, "variant": snakemake.params.variant}
+    p = snakemake.params
     evaluate_stage(
         snakemake.input.model,
-        snakemake.params.tasks,
-        snakemake.params.task_dir,
-        snakemake.params.settings,
         snakemake.output[0],
-        meta,
+        tasks=p.tasks,
+        task_dir=p.task_dir,
+        settings=p.settings,
+        meta={"model": snakemake.wildcards.model, "variant": p.variant},
+        threads=snakemake.threads,
     )

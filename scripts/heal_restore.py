@@ -1,18 +1,17 @@
 """Rule heal_restore: full MLA restoration (DeepSeek-V3 layout) of one model."""
 
-import torch
-
 from kvspec.care.heal_stages import restore_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    torch.set_num_threads(snakemake.threads)
+    p = snakemake.params
     restore_stage(
         snakemake.input.model,
         snakemake.input.stats,
-        snakemake.wildcards.method,
-        snakemake.params.rank,
-        snakemake.params.freqfold,
-        snakemake.params.opts,
         snakemake.output[0],
+        method=snakemake.wildcards.method,
+        rank=p.rank,
+        freqfold=p.freqfold,
+        factorize_opts=p.opts,
+        threads=snakemake.threads,
     )

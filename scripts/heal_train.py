@@ -1,25 +1,19 @@
 """Rule heal_train: CE + KD healing of one student, a checkpoint per token budget."""
 
-import torch
-
 from kvspec.care.heal_stages import heal_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    torch.set_num_threads(snakemake.threads)
-    p = snakemake.params
+    p, out = snakemake.params, snakemake.output
     heal_stage(
         snakemake.input.student,
         snakemake.input.teacher,
         snakemake.input.data,
-        p.kind,
-        p.data_opts,
-        p.train,
-        p.seed,
-        {
-            "models": list(snakemake.output.models),
-            "curve": snakemake.output.curve,
-            "stats": snakemake.output.stats,
-        },
-        p.state,
+        kind=p.kind,
+        data_opts=p.data_opts,
+        train_opts=p.train,
+        seed=p.seed,
+        outputs={"models": list(out.models), "curve": out.curve, "stats": out.stats},
+        state_path=p.state,
+        threads=snakemake.threads,
     )

@@ -48,8 +48,8 @@ def setup(tmp_path_factory) -> dict[str, Path]:
 
 def test_restore_stage_saves_a_deepseek_v3_model_at_the_budget(setup, tmp_path) -> None:
     out = tmp_path / "restored"
-    restore_stage(str(setup["teacher"]), str(setup["stats"]), "transmla-care", 16, 4, OPTS,
-                  str(out))  # fmt: skip
+    restore_stage(str(setup["teacher"]), str(setup["stats"]), str(out), method="transmla-care",
+                  rank=16, freqfold=4, factorize_opts=OPTS)  # fmt: skip
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.model_type == "deepseek_v3"
     assert model.config.kv_lora_rank + model.config.qk_rope_head_dim == 2 * 16
@@ -66,8 +66,9 @@ def _outputs(root: Path) -> dict:
 
 
 def _heal(setup, outputs, state) -> None:
-    heal_stage(str(setup["student"]), str(setup["teacher"]), str(setup["data"]), "text", DATA,
-               TRAIN, 5, outputs, state)  # fmt: skip
+    heal_stage(str(setup["student"]), str(setup["teacher"]), str(setup["data"]), kind="text",
+               data_opts=DATA, train_opts=TRAIN, seed=5, outputs=outputs,
+               state_path=state)  # fmt: skip
 
 
 def test_a_killed_healing_job_resumes_and_keeps_its_passed_budgets(

@@ -121,9 +121,10 @@ def test_stages_end_to_end(tmp_path, saved) -> None:
     a full-rank plan reproduces the source logits."""
     data = _jsonl(tmp_path / "c.jsonl", [{"id": str(i), "text": f"{TEXT} {i}"} for i in range(40)])
     calib = {"n_samples": 4, "seq_len": 16, "batch_size": 2}
-    covariance_stage(str(saved), str(data), "text", calib, 0, str(tmp_path / "cov.safetensors"))
+    cov = str(tmp_path / "cov.safetensors")
+    covariance_stage(str(saved), str(data), cov, kind="text", calib=calib, seed=0)
     factors = tmp_path / "care.safetensors"
-    factorize_stage(str(saved), "care", str(tmp_path / "cov.safetensors"), OPTS, 0, str(factors))
+    factorize_stage(str(saved), cov, str(factors), method="care", opts=OPTS, seed=0)
     allocate_stage(str(factors), "waterfill", 4, str(tmp_path / "w.json"))
     allocate_stage(str(factors), "uniform", FULL, str(tmp_path / "full.json"))
     plan = load_plan(tmp_path / "w.json")

@@ -18,7 +18,7 @@ from kvspec.care.heal import HealSpec, heal
 from kvspec.care.pipeline import kv_cache_widths
 from kvspec.care.restore import RestoreSpec, kv_cache_per_token, latent_rank, restore_model
 from kvspec.io import atomic_path, write_json, write_text
-from kvspec.models.load import load_model
+from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import config_hash, provenance
 
 log = logging.getLogger(__name__)
@@ -27,14 +27,17 @@ log = logging.getLogger(__name__)
 def restore_stage(
     model_dir: str,
     stats_path: str,
+    out_dir: str,
+    *,
     method: str,
     rank: int,
     freqfold: int,
     factorize_opts: dict[str, Any],
-    out_dir: str,
+    threads: int | None = None,
 ) -> None:
     """Restore the Llama model in `model_dir` to DeepSeek-V3 attention with the KV cache of a
     rank-`rank` CARE model (2·rank numbers per token and layer) and save it."""
+    use_threads(threads)
     model, tok = load_model(model_dir)
     spec = RestoreSpec(
         method=method,
@@ -85,14 +88,17 @@ def heal_stage(
     student_dir: str,
     teacher_dir: str,
     data: str,
+    *,
     kind: str,
     data_opts: dict[str, Any],
     train_opts: dict[str, Any],
     seed: int,
     outputs: dict[str, Any],
     state_path: str | None = None,
+    threads: int | None = None,
 ) -> None:
     """Heal the student; `outputs`: models (one dir per budget), curve (CSV), stats (JSON)."""
+    use_threads(threads)
     spec = HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
     run = functools.partial(
         _heal_and_write,

@@ -18,7 +18,7 @@ from kvspec.care.convert import full_factors, max_rank, mla_from_factors
 from kvspec.care.covariance import collect_covariances, load_stats, save_stats
 from kvspec.care.store import load_factors, load_plan, save_factors
 from kvspec.io import atomic_path, link_identical, write_json
-from kvspec.models.load import load_model
+from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -27,15 +27,18 @@ log = logging.getLogger(__name__)
 def covariance_stage(
     model_dir: str,
     data: str,
+    out: str,
+    *,
     kind: str,
     calib: dict[str, Any],
     seed: int,
-    out: str,
     dtype: str = "float32",
     device: str = "cpu",
+    threads: int | None = None,
 ) -> None:
     """Calibration statistics of every layer's K/V input (`calib`: n_samples, seq_len,
-    batch_size) from the normalized dataset `data`, saved to `out`."""
+    batch_size) from the normalized dataset `data` (of `kind`), saved to `out`."""
+    use_threads(threads)
     model, tok = load_model(model_dir, dtype=dtype, device=device)
     ids = calibration_tokens(data, kind, tok, calib["n_samples"], calib["seq_len"], seed)
     log.info("calibration tokens %s from %s", tuple(ids.shape), data)
@@ -46,17 +49,20 @@ def covariance_stage(
 
 def factorize_stage(
     model_dir: str,
-    method: str,
     stats_path: str | None,
+    out: str,
+    *,
+    method: str,
     opts: dict[str, Any],
     seed: int,
-    out: str,
     dtype: str = "float32",
+    threads: int | None = None,
 ) -> None:
     """Full-rank factors and spectra of every K/V matrix by `method`, saved to `out`.
 
     `opts`: care_alpha, care_lambda, asvd_alpha, randomized (the `care.factorize` config).
     """
+    use_threads(threads)
     model, _ = load_model(model_dir, dtype=dtype)
     stats = load_stats(stats_path) if stats_path else None
     factors = full_factors(
@@ -73,13 +79,16 @@ def factorize_stage(
     save_factors(factors, out, meta)
 
 
-def convert_stage(model_dir: str, factors_path: str, plan_path: str, out_dir: str) -> None:
+def convert_stage(
+    model_dir: str, factors_path: str, plan_path: str, out_dir: str, threads: int | None = None
+) -> None:
     """The MLA model of `plan` (ranks, dropped components) saved with `save_pretrained`.
 
     The directory holds only what differs from `model_dir` (the K/V factors, config and
     provenance) and refers to `model_dir` for every other weight; tokenizer files identical
     to the base's are hard links to them.
     """
+    use_threads(threads)
     model, tok = load_model(model_dir)
     plan = load_plan(plan_path)
     mla = mla_from_factors(
@@ -128,16 +137,20 @@ def model_summary(model: PreTrainedModel) -> dict[str, Any]:
 
 def evaluate_stage(
     model_dir: str,
+    out: str,
+    *,
     tasks: dict[str, dict[str, Any]],
     task_dir: str,
     settings: dict[str, Any],
-    out: str,
     meta: dict[str, Any],
+    threads: int | None = None,
 ) -> None:
     """lm-eval metrics of the model in `model_dir` on `tasks` (column -> TaskSpec fields),
-    with its KV-cache width; `settings`: batch_size, max_length, seed, dtype, device."""
+    with its KV-cache width; `settings`: batch_size, max_length, seed, dtype, device;
+    `meta` (model, variant) is copied into the record."""
     from kvspec.eval.harness import TaskSpec, evaluate
 
+    use_threads(threads)
     model, tok = load_model(model_dir, dtype=settings["dtype"], device=settings["device"])
     specs = {col: TaskSpec(**spec) for col, spec in tasks.items()}
     metrics = evaluate(

@@ -13,6 +13,12 @@ import kvspec.models.modeling_mla  # noqa: F401  (registers the MLA classes with
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def use_threads(threads: int | None) -> None:
+    """Compute with `threads` CPU threads (a rule's `threads:`); None keeps torch's default."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
 def load_model(
     model_dir: str | os.PathLike[str], *, dtype: str = "float32", device: str = "cpu"
 ) -> tuple[Any, Any]:

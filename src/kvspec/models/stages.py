@@ -73,13 +73,13 @@ def train_stage(
     """Build and train one model (`decl`: its config pretrain block); save model, curve, stats."""
     import numpy as np
     import pandas as pd
-    import torch
 
     from kvspec.io import write_json, write_text
+    from kvspec.models.load import use_threads
     from kvspec.models.pretrain import pretrain_model
     from kvspec.provenance import provenance
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     curve, stats = pretrain_model(
         decl["arch"],
         decl["train"],
@@ -113,15 +113,14 @@ def distil_stage(
     from pathlib import Path
 
     import pandas as pd
-    import torch
 
     from kvspec.data.records import read_jsonl
     from kvspec.io import atomic_path, write_json, write_text
     from kvspec.models.distil import distil_model
-    from kvspec.models.load import load_model
+    from kvspec.models.load import load_model, use_threads
     from kvspec.provenance import provenance
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     model, tokenizer = load_model(teacher, dtype=dtype, device=device)
     student, curve, stats = distil_model(model, read_jsonl(responses), decl, seed, checkpoint)
     with atomic_path(out_model) as tmp:

@@ -8,12 +8,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from transformers import AutoConfig, AutoTokenizer
 
 from kvspec.data.records import read_jsonl, write_jsonl
 from kvspec.io import read_json, write_json, write_rows, write_text
-from kvspec.models.load import load_model
+from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 from kvspec.spec.corpora import heldout_items, index_documents
 from kvspec.spec.generate import (
@@ -62,7 +61,7 @@ def responses_stage(
     checkpoint: str | None = None,
 ) -> None:
     """One shard of a model's greedy responses to its share of the prompts."""
-    torch.set_num_threads(threads)
+    use_threads(threads)
     prompts = generation_prompts(read_jsonl(prompts_path), fraction, heldout)
     mine = [prompts[i] for i in shard_slice(len(prompts), shards, shard)]
     model, tokenizer = load_model(model_dir, dtype=dtype, device=device)
@@ -124,7 +123,7 @@ def acceptance_stage(
     """Per-position acceptance of one index along one held-out set's responses."""
     from kvspec.eval.acceptance import acceptance_rows
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     model, tokenizer = load_model(model_dir, dtype=dtype, device=device)
     stats = read_json(index_stats)
     engine = open_engine(index_dir, stats["vocab_size"], stats["eos_token_id"], max_support)
@@ -177,7 +176,7 @@ def speed_stage(
         summarize,
     )
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
     draft = (
         load_model(inputs["draft"], dtype=dtype, device=device)[0] if "draft" in inputs else None
@@ -224,7 +223,7 @@ def draft_quality_stage(
     from kvspec.spec.bench import bench_prompts
     from kvspec.spec.draft_quality import draft_quality
 
-    torch.set_num_threads(threads)
+    use_threads(threads)
     target, tokenizer = load_model(inputs["target"], dtype=dtype, device=device)
     draft, _ = load_model(inputs["draft"], dtype=dtype, device=device)
     prompts = {
