@@ -123,10 +123,10 @@ def test_config_edit_reruns_only_what_it_touches(ci_run: Path, tmp_path: Path) -
     edited.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
     # The draft model also drafts in the target's speed benchmarks (sd_draft, hf_assisted):
-    # those two sets and Table 4.7/4.8 rerun, and its quality table; generation, indexes and
-    # acceptance do not.
+    # those two sets and Table 4.7/4.8 rerun, its quality table, and the models table (it reads
+    # the draft's config.json); generation, indexes and acceptance do not.
     spec_jobs = {"specdecode_speed": 2, "report_spec_speed": 1}
-    drafts = {"specdecode_draft_quality": 1, "report_draft_quality": 1}
+    drafts = {"specdecode_draft_quality": 1, "report_draft_quality": 1, "report_models": 1}
     assert jobs == {"models_distil": 1, "all": 1, **spec_jobs, **drafts}
 
 
