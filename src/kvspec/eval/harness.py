@@ -144,8 +144,9 @@ def evaluate(
     if not builtin:  # lm-eval's own tasks read hub data (paper scale); local ones never do
         offline_environment()
     from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
+
+    from .scoring import ContinuationLM
 
     max_length = max_length or int(getattr(tokenizer, "model_max_length", 0) or 0) or None
     if max_length is None or max_length > 10**8:
@@ -160,7 +161,7 @@ def evaluate(
         chosen = _seeded_samples(_leaf_tasks(manager.load([request])), specs[col].limit, seed)
         samples.update(chosen)
         leaves[col] = sorted(chosen)
-    lm = HFLM(
+    lm = ContinuationLM(
         pretrained=model,
         tokenizer=tokenizer,
         backend="causal",
