@@ -63,22 +63,22 @@ def test_empty_context_rejected(lms) -> None:
         ours._loglikelihood_tokens([(("a", "b"), [], [4])])
 
 
-def test_soft_capped_head_matches_full_forward(lms) -> None:
-    """A final-logit soft-cap (Gemma-2 style; MLA models keep it in base_config) is applied."""
-    from types import SimpleNamespace
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_latent_attention_models_match_hflm(lms, arch) -> None:
+    """MLA models (their forward feeds key positions to every layer), with a final-logit
+    soft-cap on the Gemma3 one: the head hook keeps everything the forward does."""
+    from lm_eval.models.huggingface import HFLM
 
-    from kvspec.eval.scoring import _softcap, continuation_logprobs
+    from ..models.test_modeling_mla import _model
 
     ours, _ = lms
-    model = ours.model
-    assert (
-        _softcap(SimpleNamespace(base_config=SimpleNamespace(final_logit_softcapping=3.0))) == 3.0
-    )
-    model.config.final_logit_softcapping = 0.5
-    try:
-        ((logp, _),) = continuation_logprobs(model, [([5, 9, 11, 4], 2)])
-    finally:
-        model.config.final_logit_softcapping = None
-    with torch.no_grad():
-        full = model(torch.tensor([[5, 9, 11, 4]])).logits[0, 2:]
-    assert torch.allclose(logp, torch.log_softmax(torch.tanh(full / 0.5) * 0.5, -1), atol=1e-5)
+    model = _model(arch)
+    if arch == "gemma3_text":
+        model.config.base_config.final_logit_softcapping = 0.5
+    kw = {"pretrained": model, "tokenizer": ours.tokenizer, "backend": "causal", "device": "cpu",
+          "batch_size": 3, "max_length": 12}  # fmt: skip
+    requests = _requests()
+    got = ContinuationLM(**kw)._loglikelihood_tokens(requests)
+    want = HFLM(**kw)._loglikelihood_tokens(requests)
+    assert [g[1] for g in got] == [w[1] for w in want]
+    assert [g[0] for g in got] == pytest.approx([w[0] for w in want], abs=1e-4)

@@ -3,11 +3,11 @@
 lm-eval's `HFLM` applies the output head and a log-softmax to every position of every padded
 row, then keeps the continuation tokens. With a large vocabulary the head dominates: Gemma-3's
 262,144-token head costs more than its 18 layers, and a 16-row batch of 100 tokens makes a
-1.7 GB log-softmax tensor. `ContinuationLM` runs the decoder once per batch, gathers the
-hidden states of the continuation positions only, and applies the head (with the model's
-final-logit soft-capping, where it has one) to those. Inputs, batching and padding are
-lm-eval's (right padding, no attention mask, causal models only), so the scores are the same
-up to float rounding; anything it cannot handle goes to lm-eval's own implementation.
+1.7 GB log-softmax tensor. `ContinuationLM` runs the model's forward once per batch with a
+pre-hook on the output head that keeps only the hidden states of the continuation positions.
+Inputs, batching and padding are lm-eval's (right padding, no attention mask, causal models
+only), so the scores are the same up to float rounding; anything else goes to lm-eval's own
+implementation.
 """
 
 from __future__ import annotations
@@ -23,43 +23,40 @@ from tqdm.auto import tqdm
 Request = tuple[tuple[str, str], list[int], list[int]]
 
 
-def _head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """The decoder (hidden states) and output head of `model`, when both are exposed."""
+def _head(model: nn.Module) -> nn.Module | None:
+    """The output head of `model`, when it exposes one."""
     try:
-        decoder, head = model.get_decoder(), model.get_output_embeddings()
+        return model.get_output_embeddings()
     except (AttributeError, NotImplementedError):
         return None
-    return (decoder, head) if decoder is not None and head is not None else None
-
-
-def _softcap(config: Any) -> float | None:
-    """The final-logit soft-cap of a model config (MLA models keep the source's config as
-    ``base_config``); None when there is none."""
-    cap = getattr(config, "final_logit_softcapping", None)
-    return cap if cap is not None else getattr(getattr(config, "base_config", None),
-                                                "final_logit_softcapping", None)  # fmt: skip
 
 
 def continuation_logprobs(
     model: nn.Module, rows: Sequence[tuple[list[int], int]]
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Log-probabilities and greedy tokens at the last `n` positions of each input row.
+    """Log-probabilities [n, vocab] and greedy tokens [n] at the last `n` positions of each
+    (input tokens, n) row; rows are right-padded with 0 as lm-eval does.
 
-    `rows` holds (input tokens, n); rows are right-padded with 0 as lm-eval does. Returns one
-    (log-probabilities [n, vocab] rows gathered later, greedy tokens [n]) pair per row.
+    The model's own forward runs (so everything it does around the head, e.g. a final-logit
+    soft-cap, still applies); a pre-hook hands the head only the gathered hidden states.
     """
-    decoder, head = _head(model)  # type: ignore[misc]
     width = max(len(inp) for inp, _ in rows)
     batch = torch.zeros(len(rows), width, dtype=torch.long)
     for b, (inp, _) in enumerate(rows):
         batch[b, : len(inp)] = torch.tensor(inp, dtype=torch.long)
-    hidden = decoder(input_ids=batch).last_hidden_state
     b_idx = torch.cat([torch.full((n,), b) for b, (_, n) in enumerate(rows)])
     t_idx = torch.cat([torch.arange(len(inp) - n, len(inp)) for inp, n in rows])
-    logits = head(hidden[b_idx, t_idx]).float()
-    cap = _softcap(getattr(model, "config", None))
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
+
+    def gather(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        if args[0].shape[:2] != batch.shape:
+            raise RuntimeError(f"output head got {tuple(args[0].shape)}, not every position")
+        return (args[0][b_idx, t_idx], *args[1:])
+
+    handle = _head(model).register_forward_pre_hook(gather)  # type: ignore[union-attr]
+    try:
+        logits = model(input_ids=batch).logits.float()
+    finally:
+        handle.remove()
     logp = torch.log_softmax(logits, dim=-1)
     sizes = [n for _, n in rows]
     return list(zip(logp.split(sizes), logp.argmax(-1).split(sizes), strict=True))
