@@ -146,7 +146,7 @@ def evaluate(
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
 
-    from .scoring import ContinuationLM
+    from kvspec.eval.scoring import ContinuationLM
 
     max_length = max_length or int(getattr(tokenizer, "model_max_length", 0) or 0) or None
     if max_length is None or max_length > 10**8:

@@ -34,18 +34,20 @@ def _head(model: nn.Module) -> nn.Module | None:
 def continuation_logprobs(
     model: nn.Module, rows: Sequence[tuple[list[int], int]]
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Log-probabilities [n, vocab] and greedy tokens [n] at the last `n` positions of each
-    (input tokens, n) row; rows are right-padded with 0 as lm-eval does.
+    """Log-probabilities [n, vocab] and greedy tokens [n] (on the CPU) at the last `n`
+    positions of each (input tokens, n) row; rows are right-padded with 0 as lm-eval does.
 
     The model's own forward runs (so everything it does around the head, e.g. a final-logit
     soft-cap, still applies); a pre-hook hands the head only the gathered hidden states.
     """
+    device = next(model.parameters()).device
     width = max(len(inp) for inp, _ in rows)
     batch = torch.zeros(len(rows), width, dtype=torch.long)
     for b, (inp, _) in enumerate(rows):
         batch[b, : len(inp)] = torch.tensor(inp, dtype=torch.long)
-    b_idx = torch.cat([torch.full((n,), b) for b, (_, n) in enumerate(rows)])
-    t_idx = torch.cat([torch.arange(len(inp) - n, len(inp)) for inp, n in rows])
+    batch = batch.to(device)
+    b_idx = torch.cat([torch.full((n,), b) for b, (_, n) in enumerate(rows)]).to(device)
+    t_idx = torch.cat([torch.arange(len(inp) - n, len(inp)) for inp, n in rows]).to(device)
 
     def gather(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         if args[0].shape[:2] != batch.shape:
@@ -57,7 +59,7 @@ def continuation_logprobs(
         logits = model(input_ids=batch).logits.float()
     finally:
         handle.remove()
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(logits, dim=-1).cpu()
     sizes = [n for _, n in rows]
     return list(zip(logp.split(sizes), logp.argmax(-1).split(sizes), strict=True))
 
