@@ -15,6 +15,8 @@ with log_to(snakemake.log[0]):
         decode=p.decode,
         max_new_tokens=p.max_new_tokens,
         repeats=p.repeats,
+        baseline_repeats=p.baseline_repeats,
+        unstable_spread=p.unstable_spread,
         max_support=p.max_support,
         device=p.device,
         dtype=p.dtype,

@@ -38,6 +38,25 @@ def test_tv_acceptance_extremes_and_mixed_forms(as_dense):
     assert tv_acceptance(cast[0](p), cast[1](r)) == pytest.approx(0.75)  # sum of min(p, r)
 
 
+@pytest.mark.parametrize("dense_p", [True, False])
+def test_empty_draft_distribution_accepts_nothing(dense_p):
+    p = {0: 0.5, 2: 0.5}
+    assert tv_acceptance(_dense(p) if dense_p else p, {}) == 0.0
+
+
+def test_row_separates_target_confidence_from_ngram_quality():
+    from kvspec.eval.acceptance import position_row
+
+    p = {0: 0.1, 2: 0.6, 3: 0.3}
+    row = position_row(_record(2, p, {3: 0.75, 2: 0.25}, suffix_len=4))
+    assert row["p_top1"] == pytest.approx(0.6)  # the target is fairly sure of token 2
+    assert row["p_q_mode"] == pytest.approx(0.3)  # the n-gram's mode is 3
+    assert row["hit"] == 0 and row["acceptance"] == pytest.approx(0.25 + 0.3)
+    assert position_row(_record(2, p, {2: 1.0}, suffix_len=4))["hit"] == 1
+    empty = position_row(_record(2, p, {}, suffix_len=0))
+    assert (empty["hit"], empty["p_q_mode"], empty["acceptance"]) == (0, 0.0, 0.0)
+
+
 def _record(token, p, q, suffix_len, count=1):
     return PositionRecord(token, _dense(p), q, suffix_len, count)
 

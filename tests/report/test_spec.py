@@ -77,23 +77,38 @@ def test_acceptance_tables_from_rows(tmp_path: Path) -> None:
     assert Path(out["f4_1_png"]).stat().st_size > 0
 
 
-def _summary(path: Path, rows: list[tuple[str, float, float]]) -> str:
+def _summary(path: Path, rows: list[tuple[str, float, float]], spread: float = 0.02) -> str:
     df = pd.DataFrame(
         [{"method": m, "tok_s": t, "accept_len": a, "speedup": t / rows[0][1],
-          "draft_ms_median": 0.5, "exact_vs_greedy": 1.0} for m, t, a in rows]
+          "draft_ms_median": 0.5, "exact_vs_greedy": 1.0, "baseline_spread": spread,
+          "baseline_unstable": spread > 0.1, "load1_max": 1.5} for m, t, a in rows]
     )  # fmt: skip
     df.to_csv(path, index=False)
     return str(path)
 
 
+def _latency(path: Path) -> str:
+    timing = {"p50_ms": 0.4, "p90_ms": 0.9, "p99_ms": 2.0, "mean_ms": 0.5, "n": 100}
+    result = {"decode": timing, "lookup": {**timing, "p50_ms": 0.7}, "sequential": timing}
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
 def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
     rows = [("greedy", 10.0, 1.0), ("sd_infgram_target", 25.0, 3.0)]
-    main = [{"model": "target", "bench": b, "file": _summary(tmp_path / f"{b}.csv", rows)}
-            for b in ("he", "py")]  # fmt: skip
+    main = [{"model": "target", "bench": b, "file": _summary(tmp_path / f"{b}.csv", rows, s)}
+            for b, s in (("he", 0.02), ("py", 0.3))]  # fmt: skip
     item = {"main": main, "other": [], "labels": {"he": "HumanEval"},
-            "columns": {"humaneval": "he", "sft_coding": "py"}}  # fmt: skip
+            "columns": {"humaneval": "he", "sft_coding": "py"}, "latency": {"k": 16}}  # fmt: skip
     out = _outputs(tmp_path, (7, 8), figure=False)
-    render_speed(item, _paper_inputs((7, 8)), out)
+    out |= {"latency_csv": str(tmp_path / "lat.csv"), "latency_md": str(tmp_path / "lat.md")}
+    inputs = {**_paper_inputs((7, 8)), "latency": [_latency(tmp_path / "lat.json")]}
+    render_speed(item, inputs, out)
+    notes = Path(out["t4_7_md"]).read_text()
+    assert "target/he: greedy baseline spread 2.0%" in notes
+    assert "UNSTABLE (busy machine; ratios unreliable): target/py" in notes
+    latency = pd.read_csv(out["latency_csv"]).set_index("timing")
+    assert latency.loc["lookup", "p50_ms"] == pytest.approx(0.7)
     t47 = pd.read_csv(out["t4_7"]).set_index("method")
     ours = t47.loc["Infinigram Target-5M"]
     assert ours["speedup_humaneval (ours)"] == pytest.approx(2.5)

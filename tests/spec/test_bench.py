@@ -115,3 +115,47 @@ def test_bench_prompts_checks_size():
     assert bench_prompts(recs, bench, Tok()) == [("t0", [8]), ("t1", [9])]
     with pytest.raises(ValueError, match="wants 3"):
         bench_prompts(recs, {**bench, "n": 3}, Tok())
+
+
+def test_baseline_runs_first_and_last_and_its_spread_flags_a_busy_machine():
+    from kvspec.spec.bench import Run
+
+    calls: list[str] = []
+
+    def method(name):
+        def run(prompt):
+            calls.append(name)
+            return Run([1] * 10, 1.0 + len(calls) / 100, 10)
+
+        return run
+
+    records = run_benchmark(
+        {"greedy": method("greedy"), "x": method("x")}, [("a", [1]), ("b", [2])],
+        baseline_repeats=2,
+    )  # fmt: skip
+    assert calls == ["greedy", "x"] + ["greedy", "x", "greedy"] * 2  # warm-up, then per prompt
+    assert [r["method"] for r in records] == ["greedy", "x", "greedy", "x"]
+    assert all(r["load1"] >= 0 for r in records)
+    greedy = [r for r in records if r["method"] == "greedy"]
+    assert [r["baseline_seconds"] for r in greedy] == [[1.03, 1.05], [1.06, 1.08]]
+
+
+def test_baseline_spread_and_unstable_flag():
+    from kvspec.spec.bench import baseline_spread
+
+    rec = dict(draft_seconds=0.0, verify_seconds=0.0, draft_step_seconds=[], exact=True, load1=0.5)
+    records = [
+        {**rec, "method": "greedy", "prompt": "a", "tokens": [1] * 10, "seconds": 1.0,
+         "forwards": 10, "baseline_seconds": [1.0, 1.2]},
+        {**rec, "method": "greedy", "prompt": "b", "tokens": [1] * 10, "seconds": 1.0,
+         "forwards": 10, "baseline_seconds": [1.0, 1.2]},
+        {**rec, "method": "sd_x", "prompt": "a", "tokens": [1] * 10, "seconds": 0.5,
+         "forwards": 4, "load1": 3.0},
+    ]  # fmt: skip
+    rates = [20 / 2.0, 20 / 2.4]
+    assert baseline_spread(records) == pytest.approx((rates[0] - rates[1]) / np.median(rates))
+    s = summarize(records, unstable_spread=0.1)
+    assert bool(s["baseline_unstable"].iloc[0]) and s["load1_max"].iloc[0] == 3.0
+    assert not summarize(records, unstable_spread=0.5)["baseline_unstable"].iloc[0]
+    one = [{**r, "baseline_seconds": [1.0]} if r["method"] == "greedy" else r for r in records]
+    assert np.isnan(baseline_spread(one))

@@ -7,8 +7,15 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
+from kvspec.spec.adaptive import AdaptiveDrafter
 from kvspec.spec.decode import greedy_generate, speculative_generate
-from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
+from kvspec.spec.drafters import (
+    Draft,
+    DraftModelDrafter,
+    InfiniGramDrafter,
+    PromptLookupDrafter,
+    one_hot,
+)
 from kvspec.spec.ngram_index import build_index, open_engine
 
 from ..tiny import tiny_llama
@@ -56,6 +63,8 @@ def _drafter(name: str, infgram: InfiniGramDrafter, target: LlamaForCausalLM):
         return PromptLookupDrafter(max_ngram=3)
     if name == "draft-model":
         return DraftModelDrafter(_tiny_llama(1))
+    if name == "adaptive-hybrid":
+        return AdaptiveDrafter({"local": PromptLookupDrafter(), "index": infgram}, threshold=0.2)
     return DraftModelDrafter(target)  # the target drafting for itself: everything accepted
 
 
@@ -75,6 +84,7 @@ def one_thread():
         ("infini-gram", 1, 12),
         ("prompt-lookup", 4, 12),
         ("draft-model", 4, 12),
+        ("adaptive-hybrid", 8, 12),
         ("self", 4, 4),
     ],
 )
@@ -151,3 +161,99 @@ def test_sampling_with_a_deterministic_drafter(target, prompts, infgram):
 def test_bad_mode_is_rejected(target, infgram):
     with pytest.raises(ValueError, match="mode"):
         speculative_generate(target, [1, 2], infgram, 4, k=2, mode="beam")
+
+
+# ------------------------------------------- speculative sampling end to end: exact law
+
+
+class PeakedDrafter:
+    """Samples draft token i from a fixed, peaked law of its own (one per draft position),
+    far from the target's, and reports it as q."""
+
+    def __init__(self, vocab: int, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.laws = torch.softmax(3 * torch.randn(4, vocab, generator=gen, dtype=torch.float64), -1)
+        self.gen = gen
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        tokens = [int(torch.multinomial(self.laws[i], 1, generator=self.gen)) for i in range(k)]
+        return Draft(tokens, self.laws[:k].clone(), 0, 0)
+
+
+def _sharp_tiny(vocab: int) -> LlamaForCausalLM:
+    model = tiny_llama(3, vocab=vocab, hidden=16, intermediate=32, layers=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # peaked, context-dependent next-token laws
+    return model
+
+
+def _first_two_counts(model, prompt: list[int], draws: int, vocab: int) -> np.ndarray:
+    drafter = PeakedDrafter(vocab, seed=1)
+    counts = np.zeros((vocab, vocab), dtype=np.int64)
+    for seed in range(draws):
+        tokens, _ = speculative_generate(model, prompt, drafter, 3, k=2, mode="sample", seed=seed)
+        counts[tokens[0], tokens[1]] += 1
+    return counts
+
+
+@torch.inference_mode()
+def _exact_first_two(model, prompt: list[int], vocab: int) -> np.ndarray:
+    """(V, V) exact law of the first two sampled tokens: p(a | prompt) p(b | prompt, a)."""
+    first = torch.softmax(model(torch.tensor([prompt])).logits[0, -1], -1)  # (V,)
+    ids = torch.tensor([prompt + [a] for a in range(vocab)])  # (V, P+1)
+    second = torch.softmax(model(ids).logits[:, -1], -1)  # (V, V)
+    return (first[:, None] * second).numpy()
+
+
+def test_speculative_sampling_matches_plain_sampling_and_broken_verifiers_fail(monkeypatch):
+    from scipy.stats import chisquare
+
+    from kvspec.spec import decode
+
+    from .test_verify import _broken
+
+    vocab, draws, prompt = 5, 2500, [1, 3, 2]
+    model = _sharp_tiny(vocab)
+    law = _exact_first_two(model, prompt, vocab).ravel()
+    keep = law > 1e-12  # cells with any mass (chi-square needs positive expectations)
+    expected = law[keep] / law[keep].sum() * draws
+
+    def pvalue(counts: np.ndarray) -> float:
+        if counts.ravel()[~keep].sum():  # a draw where the law has no mass: not the law
+            return 0.0
+        return chisquare(counts.ravel()[keep], expected).pvalue
+
+    assert pvalue(_first_two_counts(model, prompt, draws, vocab)) > 0.001
+    for bug in ("draft_row", "target_row"):
+        monkeypatch.setattr(decode, "verify_sampling", _broken(bug))
+        assert pvalue(_first_two_counts(model, prompt, draws, vocab)) < 1e-6, bug
+
+
+def test_batches_are_refused(target):
+    with pytest.raises(ValueError, match="batch size 1"):
+        speculative_generate(
+            target, torch.ones(2, 3, dtype=torch.long), PromptLookupDrafter(), 4, 2
+        )
+    tokens, _ = speculative_generate(target, torch.tensor([[1, 2, 3]]), PromptLookupDrafter(), 4, 2)
+    assert len(tokens) == 4
+
+
+class Scripted:
+    """Drafts a fixed continuation (the target's own greedy output: always accepted)."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        self.tokens = tokens
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        return Draft(self.tokens[:k], one_hot(self.tokens[:k]), 0, 0)
+
+
+def test_drafts_after_an_accepted_eos_are_not_counted(target, prompts, expected):
+    want = expected[0]
+    eos = want[2]  # the third greedy token ends generation
+    tokens, steps = speculative_generate(
+        target, prompts[0], Scripted(want), NEW_TOKENS, k=6, eos_token_id=eos
+    )
+    assert tokens == want[: want.index(eos) + 1]
+    assert len(steps) == 1
+    assert (steps[0].drafted, steps[0].accepted) == (len(tokens), len(tokens))

@@ -39,37 +39,79 @@ def _engine(tmp_path, docs, vocab_size, eos, max_support=1000):
     [
         (0, 4, 10, 1000, False),  # whole corpus under max_support: pure filtering
         (1, 6, 150, 1000, False),
-        (2, 5, 150, 16, False),  # frequent suffixes exceed max_support: engine steps
+        (2, 5, 150, 16, False),  # frequent suffixes exceed max_support: sampled steps
         (3, 3, 400, 64, True),  # every document ends with a real eos token
     ],
 )
 def test_inf_nkt_equals_sequential_infgram_ntd(
     tmp_path, seed, vocab, n_docs, max_support, eos_ends_docs
 ):
+    """Where every count is exact (at most max_support matches) a draft equals sequential
+    `infgram_ntd` calls; a sampled step still drafts a token the suffix is followed by."""
     eos = vocab  # never a regular token: see InfiniGramDrafter on the engine's eos quirk
     docs = _corpus(seed, vocab, n_docs, eos if eos_ends_docs else None)
     engine = _engine(tmp_path, docs, vocab + 1, eos, max_support)
     drafter = InfiniGramDrafter(engine)
-    engine_steps = []
-    step = drafter._engine_step
-    drafter._engine_step = lambda match: engine_steps.append(1) or step(match)
+    exact = InfiniGramDrafter(_engine(tmp_path / "exact", docs, vocab + 1, eos, 10**9))
+    sampled = []
+    spread = drafter._spread
+    drafter._spread = lambda n, segments: sampled.append(n) or spread(n, segments)
     rng = np.random.default_rng(100 + seed)
+    compared = 0
     for _ in range(60):
         context = rng.integers(0, vocab, rng.integers(0, 25)).tolist()
         k = int(rng.integers(1, 17))
+        before = len(sampled)
         draft = drafter.propose(context, k)
-        assert draft.tokens == sequential_infgram_draft(engine, context, k)
         first = engine.infgram_ntd(context)
         assert draft.match_len == first["suffix_len"]
         assert draft.match_count == first["prompt_cnt"]
         assert draft.q == [{t: 1.0} for t in draft.tokens]
-        assert draft.dists[0] == pytest.approx(
-            {t: r["prob"] for t, r in first["result_by_token_id"].items()}
-        )
-    if max_support < 1000:  # frequent suffixes went through the engine
-        assert engine_steps
+        if len(sampled) == before:  # no sampled step: exact counts throughout
+            assert draft.tokens == sequential_infgram_draft(engine, context, k)
+            assert draft.dists[0] == pytest.approx(
+                {t: r["prob"] for t, r in first["result_by_token_id"].items()}
+            )
+            compared += 1
+        else:
+            assert all(n > max_support for n in sampled[before:])
+            assert draft.tokens[0] in exact.distribution(context)[0]
+    assert compared > 0
+    if max_support < 1000:  # frequent suffixes were sampled
+        assert sampled
     if n_docs == 10:  # the whole corpus fits under max_support
-        assert not engine_steps
+        assert not sampled
+
+
+def test_sampled_steps_are_seeded_and_close_to_exact(tmp_path):
+    docs = _corpus(2, 5, 150, None)
+    engine = _engine(tmp_path, docs, 6, 5, max_support=64)
+    exact = InfiniGramDrafter(_engine(tmp_path / "exact", docs, 6, 5, 10**9))
+    one, two = InfiniGramDrafter(engine, seed=1), InfiniGramDrafter(engine, seed=1)
+    for context in ([], [1], [2, 3]):
+        dist, length, count = one.distribution(context)
+        assert count > 64 and dist == two.distribution(context)[0]
+        want = exact.distribution(context)[0]
+        assert set(dist) <= set(want)
+        assert sum(abs(dist.get(t, 0) - p) for t, p in want.items()) < 0.3  # 64 of ~1000+
+
+
+def test_reused_matches_equal_fresh_lookups(tmp_path):
+    """A drafter that reuses the previous context's match drafts what a fresh one drafts."""
+    docs = _corpus(9, 4, 200, None)
+    engine = _engine(tmp_path, docs, 5, 4, max_support=100)
+    reusing = InfiniGramDrafter(engine)
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        ctx = rng.integers(0, 4, rng.integers(1, 6)).tolist()
+        for _ in range(15):
+            fresh = InfiniGramDrafter(engine)
+            a, b = reusing.propose(ctx, 6), fresh.propose(ctx, 6)
+            assert (a.tokens, a.match_len, a.match_count, a.lengths) == (
+                b.tokens, b.match_len, b.match_count, b.lengths,
+            )  # fmt: skip
+            accepted = int(rng.integers(0, len(a.tokens) + 1))
+            ctx = ctx + a.tokens[:accepted] + [int(rng.integers(0, 4))]
 
 
 def test_continuations_match_engine_documents(tmp_path):
@@ -160,15 +202,34 @@ def test_greedy_token_tie_breaks_to_smallest_id():
     assert ntd_counts({"result_by_token_id": {2: {"cont_cnt": 4, "prob": 1.0}}}) == {2: 4}
 
 
-def test_prompt_lookup_copies_latest_match():
-    drafter = PromptLookupDrafter(max_ngram=3)
+def test_prompt_lookup_copies_earliest_or_latest_match():
     context = [1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 6, 1, 2, 3]
-    draft = drafter.propose(context, 3)
+    latest = PromptLookupDrafter(max_ngram=3, policy="latest")
+    draft = latest.propose(context, 3)
     assert draft.tokens == [7, 8, 6]
     assert (draft.match_len, draft.match_count) == (3, 2)
     assert draft.q == [{7: 1.0}, {8: 1.0}, {6: 1.0}]
-    assert drafter.propose([4, 1, 2, 9, 2], 2).tokens == [9, 2]  # backs off to a 1-gram
-    assert drafter.propose([1, 2, 3], 4).tokens == []
+    assert PromptLookupDrafter(max_ngram=3).propose(context, 3).tokens == [4, 5, 9]
+    assert latest.propose([4, 1, 2, 9, 2], 2).tokens == [9, 2]  # backs off to a 1-gram
+    assert latest.propose([1, 2, 3], 4).tokens == []
+    with pytest.raises(ValueError, match="policy"):
+        PromptLookupDrafter(policy="best")
+
+
+def test_prompt_lookup_equals_hugging_face_candidates():
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = np.random.default_rng(5)
+    drafter = PromptLookupDrafter()
+    drafted = 0
+    for _ in range(200):
+        ctx = rng.integers(0, 6, rng.integers(2, 30)).tolist()
+        k = int(rng.integers(1, 9))
+        hf = PromptLookupCandidateGenerator(num_output_tokens=k, max_length=10**6)
+        ids, _ = hf.get_candidates(torch.tensor([ctx]))
+        assert drafter.propose(ctx, k).tokens == ids[0, len(ctx) :].tolist()
+        drafted += ids.shape[1] > len(ctx)
+    assert drafted > 100
 
 
 def _tiny_llama(seed: int) -> LlamaForCausalLM:

@@ -74,3 +74,62 @@ def test_residual_is_normalised_positive_part():
     expected = torch.clamp(P - Q, min=0)
     assert torch.allclose(r, expected / expected.sum())
     assert torch.allclose(residual(P, P), P)
+
+
+# ------------------------------------------- k = 2: the joint law of the first two tokens
+
+
+def _broken(bug: str):
+    """verify_sampling with one deliberate bug: the first draft's q row for every draft
+    ("draft_row") or the target row after the draft instead of before it ("target_row")."""
+
+    def verifier(target_probs, draft_tokens, draft_q, generator=None):
+        k = len(draft_tokens)
+        probs = target_probs.double()
+        for i, token in enumerate(draft_tokens):
+            q_row = verify.q_vector(draft_q, 0 if bug == "draft_row" else i, probs.shape[-1])
+            p_row = probs[i + 1] if bug == "target_row" else probs[i]
+            u = float(torch.rand((), generator=generator, dtype=torch.float64))
+            if q_row[token] > 0 and u * q_row[token] < p_row[token]:
+                continue
+            return i, int(torch.multinomial(residual(p_row, q_row), 1, generator=generator))
+        return k, int(torch.multinomial(probs[k], 1, generator=generator))
+
+    return verifier
+
+
+def _markov(seed: int, n: int = 4, alpha: float = 0.6) -> torch.Tensor:
+    """(n, n) random transition matrix: row a is the next-token law after token a."""
+    torch.manual_seed(seed)
+    return torch.distributions.Dirichlet(torch.full((n,), alpha)).sample((n,)).double()
+
+
+def _two_token_counts(verifier, p: torch.Tensor, q: torch.Tensor, draws: int) -> np.ndarray:
+    """Histogram of the first two emitted tokens after token 0, drafting k = 2 from chain q
+    and verifying against chain p; a step that emits one token is followed by a plain
+    sample (what any exact next step emits)."""
+    torch.manual_seed(5)
+    gen = torch.Generator().manual_seed(6)
+    n = len(p)
+    counts = np.zeros((n, n), dtype=np.int64)
+    for _ in range(draws):
+        x0 = int(torch.multinomial(q[0], 1, generator=gen))
+        x1 = int(torch.multinomial(q[x0], 1, generator=gen))
+        rows = torch.stack([p[0], p[x0], p[x1]])  # (3, V): after 0, after x0, after x1
+        n_acc, nxt = verifier(rows, [x0, x1], torch.stack([q[0], q[x0]]), gen)
+        out = [x0, x1][:n_acc] + [nxt]
+        if len(out) < 2:
+            out.append(int(torch.multinomial(p[out[0]], 1, generator=gen)))
+        counts[out[0], out[1]] += 1
+    return counts
+
+
+def test_two_token_joint_law_is_the_targets_and_broken_verifiers_fail():
+    p, q = _markov(1), _markov(2)
+    law = (p[0][:, None] * p).numpy().ravel()  # (V*V,): p(a | 0) p(b | a)
+    expected = law / law.sum() * 12_000
+    ok = _two_token_counts(verify_sampling, p, q, 12_000)
+    assert chisquare(ok.ravel(), expected).pvalue > 0.001
+    for bug in ("draft_row", "target_row"):
+        bad = _two_token_counts(_broken(bug), p, q, 12_000)
+        assert chisquare(bad.ravel(), expected).pvalue < 1e-6, bug

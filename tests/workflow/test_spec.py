@@ -132,6 +132,27 @@ def test_speed_summaries(ci_run: Path, spec: dict) -> None:
             assert (s["tok_s"] > 0).all() and (s["accept_len"] >= 1).all()
             for m in [m for m in run["methods"] if m.startswith("sd_")]:
                 assert 0 < s.loc[m, "verify_share"] < 1 and s.loc[m, "draft_share"] >= 0
+            # every method in greedy mode reproduced greedy decoding on every prompt
+            assert (s["exact_vs_greedy"] == 1.0).all(), s["exact_vs_greedy"]
+            assert s["baseline_spread"].notna().all() and (s["load1_max"] >= 0).all()
+            runs = json.loads(
+                (ci_run / "results/specdecode" / model / bench / "runs.json").read_text()
+            )
+            greedy = [r for r in runs["records"] if r["method"] == "greedy"]
+            assert all(
+                len(r["baseline_seconds"]) == spec["speed"]["baseline_repeats"] for r in greedy
+            )
+
+
+def test_draft_latency(ci_run: Path, spec: dict) -> None:
+    result = json.loads((ci_run / "results/specdecode/target/draft_latency.json").read_text())
+    assert result["provenance"]["config_hash"]
+    for timing in ("decode", "lookup", "sequential"):
+        assert result[timing]["n"] > 0 and result[timing]["p50_ms"] > 0
+    assert 0 < result["sequential"]["n"] <= spec["latency"]["sequential_contexts"]
+    assert result["decode"]["n"] == result["contexts"]
+    table = pd.read_csv(ci_run / "results/report/draft_latency.csv")
+    assert list(table["timing"]) == ["decode", "lookup", "sequential"]
 
 
 def test_speed_tables(ci_run: Path, spec: dict) -> None:
@@ -148,7 +169,9 @@ def test_speed_tables(ci_run: Path, spec: dict) -> None:
         assert t47.loc[label, "speed_humaneval_tok_s (ours)"] > 0
     t48 = pd.read_csv(ci_run / "results/report/thesis_table_4_8.csv")
     ours = t48.dropna(subset=["speedup (ours)"])
-    assert len(ours) == len(spec["speed"]["runs"]["target_alt"]["sets"])
+    alt = spec["speed"]["runs"]["target_alt"]
+    infgram = {"sd_infgram_target", "sd_infgram_target_adaptive"} & set(alt["methods"])
+    assert len(ours) == len(alt["sets"]) * len(infgram)
     assert (ours["accept_len (ours)"] >= 1).all()
     assert t48["speedup (paper Qwen3-8B)"].notna().sum() == 3
 

@@ -63,12 +63,38 @@ if PLAN.spec:
             decode=config["spec"]["decode"],
             max_new_tokens=config["spec"]["speed"]["max_new_tokens"],
             repeats=config["spec"]["speed"]["repeats"],
+            baseline_repeats=config["spec"]["speed"]["baseline_repeats"],
+            unstable_spread=config["spec"]["speed"]["unstable_spread"],
             max_support=config["spec"]["index"]["max_support"],
             device=config["resources"]["device"],
             dtype=config["resources"]["dtype"],
             seed=config["seed"],
         script:
             script_path("specdecode_speed.py")
+
+    rule specdecode_draft_latency:
+        input:
+            unpack(PLAN.spec.latency_inputs),
+        output:
+            "results/specdecode/{model}/draft_latency.json",
+        log:
+            "logs/specdecode/{model}/draft_latency.log",
+        benchmark:
+            "benchmarks/specdecode/{model}/draft_latency.tsv"
+        wildcard_constraints:
+            model=one_of(PLAN.spec.models),
+        conda:
+            env_path("evaluation")
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        params:
+            settings=config["spec"]["latency"],
+            decode=config["spec"]["decode"],
+            seed=config["seed"],
+        script:
+            script_path("specdecode_draft_latency.py")
 
     rule specdecode_draft_quality:
         input:

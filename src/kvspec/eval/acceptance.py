@@ -1,6 +1,6 @@
 """How well infini-gram next-token distributions agree with the target model's.
 
-Acceptance of a draft distribution q under a target p is 1 - TV(p, q) = 1 - 1/2 |p - q|_1,
+Acceptance of a draft distribution q under a target p is Σ_t min(p_t, q_t) (= 1 - TV(p, q)),
 the probability that a token drawn from q survives rejection sampling against p.
 `position_records` computes, per output position, p (one teacher-forced target pass) and q
 (one longest-suffix lookup); `acceptance_rows` flattens them into one row per position, and
@@ -34,23 +34,29 @@ class PositionRecord:
 
 
 def tv_acceptance(p: torch.Tensor | Dist, q: torch.Tensor | Dist) -> float:
-    """1 - 1/2 |p - q|_1 for dense (V,) tensors or sparse {token: prob} dicts, mixed freely."""
-    if isinstance(p, torch.Tensor) and isinstance(q, torch.Tensor):
-        return 1.0 - 0.5 * float((p.double() - q.double()).abs().sum())
-    if isinstance(p, dict) and isinstance(q, dict):
-        keys = p.keys() | q.keys()
-        return 1.0 - 0.5 * sum(abs(p.get(t, 0.0) - q.get(t, 0.0)) for t in keys)
-    dense, sparse = (p, q) if isinstance(p, torch.Tensor) else (q, p)
-    return 1.0 - 0.5 * _l1_dense_sparse(dense.double(), sparse)
+    """Σ_t min(p_t, q_t) (= 1 - TV(p, q) for two distributions) for dense (V,) tensors or
+    sparse {token: prob} dicts, mixed freely.
+
+    Summed over q's support, so an empty q (no n-gram distribution) accepts nothing (0.0),
+    where 1 - 1/2 |p - q|_1 would say 0.5.
+    """
+    if isinstance(q, torch.Tensor):
+        dense_p = p if isinstance(p, torch.Tensor) else _densify(p, q.shape[-1])
+        return float(torch.minimum(dense_p.double(), q.double()).sum())
+    if not q:
+        return 0.0
+    if isinstance(p, dict):
+        return float(sum(min(p.get(t, 0.0), v) for t, v in q.items()))
+    ids = torch.tensor(list(q), dtype=torch.long)
+    vals = torch.tensor(list(q.values()), dtype=torch.float64)
+    return float(torch.minimum(p.double()[ids], vals).sum())
 
 
-def _l1_dense_sparse(dense: torch.Tensor, sparse: Dist) -> float:
-    """|dense - sparse|_1 without densifying: the support of `sparse` plus dense mass outside it."""
-    ids = torch.tensor(list(sparse), dtype=torch.long)
-    vals = torch.tensor(list(sparse.values()), dtype=torch.float64)
-    on_support = dense[ids] if len(ids) else torch.zeros(0, dtype=torch.float64)
-    outside = float(dense.sum()) - float(on_support.sum())
-    return float((on_support - vals).abs().sum()) + outside
+def _densify(p: Dist, vocab: int) -> torch.Tensor:
+    dense = torch.zeros(vocab, dtype=torch.float64)
+    for t, v in p.items():
+        dense[int(t)] = v
+    return dense
 
 
 def top1(q: Dist) -> float:
@@ -98,18 +104,29 @@ def position_records(
 # The workflow stores one flat row per output position (a DataFrame), not PositionRecords:
 # a dense (V,) target distribution per position would not fit in memory at scale.
 
-ROW_COLUMNS = ("token", "acceptance", "q_top1", "q_mode", "suffix_len", "count")
+ROW_COLUMNS = (
+    "token", "acceptance", "q_top1", "q_mode", "suffix_len", "count", "p_top1", "p_q_mode", "hit",
+)  # fmt: skip
 
 
 def position_row(record: PositionRecord) -> dict[str, float | int]:
-    """The summary of one position that every table and figure needs."""
+    """The summary of one position that every table and figure needs.
+
+    Beside the thesis's columns: `p_top1`, the target's own confidence; `p_q_mode`, the
+    target's probability of the n-gram's mode (what a greedy n-gram draft is accepted
+    with under sampling); `hit`, 1 when the mode is the target's greedy token.
+    """
+    mode = greedy_token(record.q) if record.q else -1
     return {
         "token": record.token,
         "acceptance": tv_acceptance(record.p, record.q),
         "q_top1": top1(record.q),
-        "q_mode": greedy_token(record.q) if record.q else -1,
+        "q_mode": mode,
         "suffix_len": record.suffix_len,
         "count": record.count,
+        "p_top1": float(record.p.max()),
+        "p_q_mode": float(record.p[mode]) if mode >= 0 else 0.0,
+        "hit": int(mode == int(torch.argmax(record.p))) if mode >= 0 else 0,
     }
 
 

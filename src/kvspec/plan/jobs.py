@@ -161,6 +161,7 @@ def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
         _add(jobs, "specdecode_acceptance", f)
     for model in spec.drafts:
         _add(jobs, "specdecode_draft_quality", paths.DRAFT_QUALITY.format(model=model))
+    _add(jobs, "specdecode_draft_latency", paths.DRAFT_LATENCY.format(model=spec.target))
     for model, run in spec.spec["speed"]["runs"].items():
         for bench in run["sets"]:
             _add(

@@ -31,6 +31,7 @@ INDEX = "results/ngram/{model}/{corpus}_{fraction}"
 INDEX_STATS = "results/ngram/{model}/{corpus}_{fraction}.json"
 ACCEPTANCE = "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv"
 SPEED_RUNS = "results/specdecode/{model}/{bench}/runs.json"
+DRAFT_LATENCY = "results/specdecode/{model}/draft_latency.json"
 SPEED_SUMMARY = "results/specdecode/{model}/{bench}/summary.csv"
 DRAFT_QUALITY = "results/draft_quality/{model}.json"
 

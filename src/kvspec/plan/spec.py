@@ -9,7 +9,7 @@ from typing import Any
 from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, table_outputs
 from kvspec.plan.names import fraction_name
-from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
+from kvspec.spec.methods import CALIBRATION_OF, INDEX_OF, METHOD_INPUTS
 
 ACCEPTANCE_CATEGORY = "Thesis ch. 4: acceptance"
 SPEED_CATEGORY = "Thesis ch. 4: speed"
@@ -137,7 +137,21 @@ class SpecPlan:
             corpus, fraction = INDEX_OF[name]
             index = paths.INDEX.format(model=wildcards.model, corpus=corpus, fraction=fraction)
             inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
+        if wildcards.model == self.target:  # only the main target has acceptance rows
+            for name in sorted(needs & set(CALIBRATION_OF)):
+                corpus = INDEX_OF[CALIBRATION_OF[name]][0]
+                held = self.spec["acceptance"]["heldout"][0]
+                inputs[name] = self._acceptance(corpus, "1", "target", held)
         return inputs
+
+    def latency_inputs(self, wildcards: Any) -> dict[str, str]:
+        """The model's target-response index and its responses (held-out ones are timed)."""
+        index = paths.INDEX.format(model=wildcards.model, corpus="responses", fraction="1")
+        return {
+            "index": index,
+            "index_stats": f"{index}.json",
+            "responses": paths.RESPONSES.format(model=wildcards.model),
+        }
 
     def speed_rows(self, main: bool) -> list[dict[str, str]]:
         """Speed summaries of the main target (Table 4.7) or of the other models (Table 4.8)."""
@@ -250,13 +264,21 @@ class SpecPlan:
                 **self._paper(range(7, 9)),
                 "main": [r["file"] for r in main_speed],
                 "other": [r["file"] for r in other],
+                "latency": [paths.DRAFT_LATENCY.format(model=self.target)],
             },
-            outputs=self._tables(range(7, 9)),
+            outputs={
+                **self._tables(range(7, 9)),
+                **{
+                    f"latency_{k}": v
+                    for k, v in table_outputs("draft_latency", label="draft latency").items()
+                },
+            },
             params={
                 "main": main_speed,
                 "other": other,
                 "labels": labels,
                 "columns": dict(zip(TABLE_4_7_COLUMNS, sets, strict=False)),
+                "latency": dict(self.spec["latency"]),
             },
         )
         return [acceptance, speed] + ([self._drafts_item()] if self.drafts else [])

@@ -10,17 +10,20 @@ target forward), speedup over plain greedy decoding and where the time goes.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
 
 from kvspec.io import read_json
+from kvspec.spec.adaptive import AdaptiveDrafter, Calibration
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
 from kvspec.spec.methods import METHODS
@@ -57,15 +60,21 @@ class Setup:
     seed: int = 0
     draft: torch.nn.Module | None = None
     engines: Mapping[str, Any] = field(default_factory=dict)
+    calibrations: Mapping[str, Any] = field(default_factory=dict)  # index name -> acceptance rows
+    threshold: float = 0.2
+    prior_weight: float = 0.1
 
     @classmethod
     def from_decode(
         cls, target, stops: list[int], max_new_tokens: int, decode: Mapping[str, Any], **kw
     ) -> Setup:
-        """A Setup from the config's `spec.decode` block (k, draft_k, confidence, min_match)."""
+        """A Setup from the config's `spec.decode` block (k, draft_k, confidence, min_match,
+        adaptive.threshold, adaptive.prior_weight)."""
         keys = ("confidence", "min_match")
+        adaptive = decode.get("adaptive") or {}
+        extra = {k: adaptive[k] for k in ("threshold", "prior_weight") if k in adaptive}
         return cls(target, stops, max_new_tokens, decode["k"], decode["draft_k"],
-                   **{k: decode[k] for k in keys}, **kw)  # fmt: skip
+                   **{k: decode[k] for k in keys}, **extra, **kw)  # fmt: skip
 
 
 def open_engines(indexes: Mapping[str, tuple[str, str]], max_support: int) -> dict[str, Any]:
@@ -151,23 +160,44 @@ def _hf_method(name: str, setup: Setup) -> Method:
     return run
 
 
-def _sd_method(name: str, setup: Setup) -> Method:
-    k = setup.k
-    if name == "sd_prompt_lookup":
-        drafter: Any = PromptLookupDrafter()
-    elif name == "sd_draft":
+def make_drafter(name: str, setup: Setup) -> tuple[Any, int]:
+    """The drafter of speculative method `name` and its draft depth."""
+    if name == "sd_draft":
         if setup.draft is None:
             raise ValueError("sd_draft needs a draft model")
-        drafter, k = DraftModelDrafter(setup.draft, sample=setup.mode == "sample"), setup.draft_k
-    elif name.startswith("sd_infgram_"):
-        index = name.removeprefix("sd_infgram_")
-        if index not in setup.engines:
-            raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
-        drafter = InfiniGramDrafter(
-            setup.engines[index], confidence=setup.confidence, min_match=setup.min_match
-        )
+        return DraftModelDrafter(setup.draft, sample=setup.mode == "sample"), setup.draft_k
+    base = name.removesuffix("_adaptive")
+    if base == "sd_prompt_lookup":
+        lookup = PromptLookupDrafter()
+        return (_adaptive({"local": lookup}, setup, None) if base != name else lookup), setup.k
+    for prefix in ("sd_infgram_", "sd_hybrid_"):
+        if base.startswith(prefix):
+            index = base.removeprefix(prefix)
+            break
     else:
         raise ValueError(f"unknown decoding method {name!r}; known: {METHODS}")
+    if index not in setup.engines:
+        raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
+    ngram = InfiniGramDrafter(
+        setup.engines[index], confidence=setup.confidence, min_match=setup.min_match,
+        sample=False, seed=setup.seed,
+    )  # fmt: skip
+    if name == base and prefix == "sd_infgram_":
+        return ngram, setup.k
+    drafters = {"index": ngram} if prefix == "sd_infgram_" else {
+        "local": PromptLookupDrafter(), "index": ngram,
+    }  # fmt: skip
+    return _adaptive(drafters, setup, setup.calibrations.get(index)), setup.k
+
+
+def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDrafter:
+    """An adaptive drafter, its index prior from acceptance rows when the model has them."""
+    prior = Calibration.from_rows(rows, "index", setup.prior_weight) if rows is not None else None
+    return AdaptiveDrafter(drafters, prior, setup.threshold)
+
+
+def _sd_method(name: str, setup: Setup) -> Method:
+    drafter, k = make_drafter(name, setup)
 
     def run(prompt: list[int]) -> Run:
         t0 = time.perf_counter()
@@ -200,11 +230,17 @@ def run_benchmark(
     methods: Mapping[str, Method],
     prompts: Sequence[tuple[str, list[int]]],
     repeats: int = 1,
+    baseline: str = "greedy",
+    baseline_repeats: int = 1,
 ) -> list[dict[str, Any]]:
     """Time every method on every (prompt id, prompt ids); one record per method and prompt.
 
     The first prompt is decoded once by every method first, untimed (warm-up). Each
-    timed record keeps the median-time run of `repeats`.
+    timed record keeps the median-time run of `repeats`. The `baseline` method runs
+    `baseline_repeats` times per prompt instead, first and then after all other methods,
+    so its spread (`baseline_seconds`, one time per repeat) shows how much the machine's
+    speed drifted while the others ran; its record keeps the median of those runs. Each
+    record also holds the 1-minute load average when it finished (`load1`).
     """
     if not prompts:
         raise ValueError("no benchmark prompts")
@@ -212,13 +248,45 @@ def run_benchmark(
         fn(prompts[0][1])  # warm-up: allocator, kernels, page cache of the index
     records = []
     for prompt_id, ids in tqdm(prompts, desc="benchmark", unit="prompt", mininterval=5):
+        base_runs = [methods[baseline](ids)] if baseline in methods else []
+        mine = {}
         for name, fn in methods.items():
-            runs = sorted((fn(ids) for _ in range(repeats)), key=lambda r: r.seconds)
-            run = runs[len(runs) // 2]
-            records.append(
-                {"method": name, "prompt": prompt_id, "prompt_len": len(ids), **asdict(run)}
-            )
+            if name != baseline:
+                mine[name] = _record(
+                    name, prompt_id, ids, _median_run([fn(ids) for _ in range(repeats)])
+                )
+        if base_runs:
+            base_runs += [methods[baseline](ids) for _ in range(baseline_repeats - 1)]
+            record = _record(baseline, prompt_id, ids, _median_run(base_runs))
+            mine[baseline] = {**record, "baseline_seconds": [r.seconds for r in base_runs]}
+        records += [mine[name] for name in methods]  # in the methods' order
     return records
+
+
+def _median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
+
+
+def _record(name: str, prompt_id: str, ids: list[int], run: Run) -> dict[str, Any]:
+    return {
+        "method": name, "prompt": prompt_id, "prompt_len": len(ids), **asdict(run),
+        "load1": os.getloadavg()[0],
+    }  # fmt: skip
+
+
+def baseline_spread(records: Sequence[Mapping[str, Any]], baseline: str = "greedy") -> float:
+    """(max - min) / median of the baseline's tokens/s over its interleaved repeats.
+
+    Repeat r's tokens/s is all its prompts' tokens over the sum of their repeat-r times;
+    NaN with fewer than two repeats.
+    """
+    rows = [r for r in records if r["method"] == baseline and r.get("baseline_seconds")]
+    n = min((len(r["baseline_seconds"]) for r in rows), default=0)
+    if n < 2:
+        return float("nan")
+    tokens = sum(len(r["tokens"]) for r in rows)
+    rates = [tokens / sum(r["baseline_seconds"][i] for r in rows) for i in range(n)]
+    return (max(rates) - min(rates)) / statistics.median(rates)
 
 
 def divergence(
@@ -244,8 +312,12 @@ def _share(flags: pd.Series) -> float:
     return float(known.astype(float).mean()) if len(known) else float("nan")
 
 
-def summarize(records: Sequence[Mapping[str, Any]], baseline: str = "greedy") -> pd.DataFrame:
-    """Per method: tokens/s, accepted length, speedup over `baseline`, time split, exactness."""
+def summarize(
+    records: Sequence[Mapping[str, Any]], baseline: str = "greedy", unstable_spread: float = 0.1
+) -> pd.DataFrame:
+    """Per method: tokens/s, accepted length, speedup over `baseline`, time split, exactness,
+    draft ms per step (median and p90); per set: the baseline's spread over its repeats,
+    `baseline_unstable` when that exceeds `unstable_spread`, and the highest load average."""
     df = pd.DataFrame(records)
     rows = []
     for name, g in df.groupby("method", sort=False):
@@ -269,12 +341,18 @@ def summarize(records: Sequence[Mapping[str, Any]], baseline: str = "greedy") ->
                 "draft_ms_median": 1e3 * statistics.median(step_times)
                 if step_times
                 else float("nan"),
+                "draft_ms_p90": 1e3 * float(np.percentile(step_times, 90))
+                if step_times
+                else float("nan"),
                 "exact_vs_greedy": _share(g["exact"]) if "exact" in g else float("nan"),
             }
         )
     out = pd.DataFrame(rows)
     base = out.loc[out["method"] == baseline, "tok_s"]
     out["speedup"] = out["tok_s"] / float(base.iloc[0]) if len(base) else float("nan")
+    out["baseline_spread"] = baseline_spread(records, baseline)
+    out["baseline_unstable"] = bool(out["baseline_spread"].iloc[0] > unstable_spread)
+    out["load1_max"] = float(df["load1"].max()) if "load1" in df else float("nan")
     return out
 
 

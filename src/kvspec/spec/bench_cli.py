@@ -4,8 +4,9 @@
 
 Needs a finished workflow run (the model, its target-response index and the HumanEval
 records under `--results`). Prints
-1. draft latency of `inf_nkt` for 16 tokens at max_support 1000 (median, p90), beside
-   16 sequential `infgram_ntd` calls on the same contexts;
+1. draft latency of `inf_nkt` for 16 tokens at max_support 1000 with the decode
+   configuration (`--min-match`, `--confidence`), as `kvspec.spec.latency` measures it for
+   the workflow's `specdecode_draft_latency` rule;
 2. end-to-end tokens/s of infini-gram SD over plain greedy decoding and over Hugging Face
    prompt lookup on the HumanEval subset, with accepted length and where the time goes.
 """
@@ -13,8 +14,6 @@ records under `--results`). Prints
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,33 +23,14 @@ from kvspec.data.records import read_jsonl
 from kvspec.io import read_json
 from kvspec.models.load import load_model
 from kvspec.spec.bench import Setup, bench_prompts, benchmark_methods, run_benchmark, summarize
-from kvspec.spec.drafters import InfiniGramDrafter, sequential_infgram_draft
+from kvspec.spec.drafters import InfiniGramDrafter
 from kvspec.spec.generate import stop_ids
+from kvspec.spec.latency import draft_latency
 from kvspec.spec.ngram_index import open_engine
 
 
-def _percentiles(seconds: list[float]) -> str:
-    ms = np.asarray(seconds) * 1e3
-    return f"median {np.median(ms):.2f} ms, p90 {np.percentile(ms, 90):.2f} ms"
-
-
-def draft_latency(
-    drafter: InfiniGramDrafter, contexts: list[list[int]], k: int
-) -> dict[str, list[float]]:
-    """Wall time of one inf_nkt draft of k tokens vs k sequential infgram_ntd calls, per context."""
-    out: dict[str, list[float]] = {"inf_nkt": [], "sequential": []}
-    for ctx in contexts:
-        t0 = time.perf_counter()
-        drafter.propose(ctx, k)
-        t1 = time.perf_counter()
-        sequential_infgram_draft(drafter.engine, ctx, k)
-        out["inf_nkt"].append(t1 - t0)
-        out["sequential"].append(time.perf_counter() - t1)
-    return out
-
-
-def _contexts(results: Path, model: str, n: int, seed: int) -> list[list[int]]:
-    """Prompt + a random prefix of held-out target responses (never in the index)."""
+def _responses(results: Path, model: str, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, response ids) of n random held-out target responses (never indexed)."""
     rng = np.random.default_rng(seed)
     held = [
         r
@@ -58,12 +38,7 @@ def _contexts(results: Path, model: str, n: int, seed: int) -> list[list[int]]:
         if r["split"] != "index"
     ]
     picks = rng.choice(len(held), size=min(n, len(held)), replace=False)
-    ctxs = []
-    for i in picks:
-        r = held[int(i)]
-        cut = int(rng.integers(0, len(r["response_ids"]) + 1))
-        ctxs.append(list(r["prompt_ids"]) + list(r["response_ids"][:cut]))
-    return ctxs
+    return [(list(held[i]["prompt_ids"]), list(held[i]["response_ids"])) for i in sorted(picks)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="target", help="target model name")
     ap.add_argument("--index", default="responses_1", help="index under results/ngram/<model>/")
     ap.add_argument("--n", type=int, default=10, help="HumanEval prompts")
-    ap.add_argument("--contexts", type=int, default=200, help="contexts for the draft latency")
+    ap.add_argument("--responses", type=int, default=20, help="held-out responses timed")
+    ap.add_argument("--min-match", type=int, default=1, help="as spec.decode.min_match")
+    ap.add_argument("--confidence", type=float, default=0.0, help="as spec.decode.confidence")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8, help="draft depth in the end-to-end runs")
     ap.add_argument("--threads", type=int, default=2)
@@ -87,20 +64,27 @@ def main(argv: list[str] | None = None) -> None:
     engine = open_engine(
         res / "ngram" / args.model / args.index, stats["vocab_size"], stats["eos_token_id"], 1000
     )
-    drafter = InfiniGramDrafter(engine)
-    lat = draft_latency(drafter, _contexts(res, args.model, args.contexts, 0), 16)
+    lat = draft_latency(
+        lambda: InfiniGramDrafter(engine, min_match=args.min_match, confidence=args.confidence),
+        _responses(res, args.model, args.responses, 0),
+        16,
+        100,
+    )
     bpt = stats["bytes_per_token"]
     width = stats.get("token_dtype", "?") + (" compact" if stats.get("compact_vocab") else "")
     print(f"index {args.index}: {stats['n_tokens']} tokens, {bpt:.2f} bytes/token, {width} ids")
-    print(f"inf_nkt, 16 tokens, max_support 1000: {_percentiles(lat['inf_nkt'])}")
-    print(f"16 sequential infgram_ntd calls:     {_percentiles(lat['sequential'])}")
-    ratio = statistics.median(lat["sequential"]) / statistics.median(lat["inf_nkt"])
-    print(f"inf_nkt speedup over sequential calls (median): {ratio:.1f}x")
+    print(f"inf_nkt, 16 tokens, max_support 1000, min_match {args.min_match}:")
+    for name in ("decode", "lookup", "sequential"):
+        t = lat[name]
+        print(f"  {name:10s} p50 {t['p50_ms']:.2f} ms, p90 {t['p90_ms']:.2f} ms ({t['n']} drafts)")
+    ratio = lat["sequential"]["p50_ms"] / lat["lookup"]["p50_ms"]
+    print(f"inf_nkt (cold lookup) speedup over sequential calls (median): {ratio:.1f}x")
 
     torch.set_num_threads(args.threads)
     target, tokenizer = load_model(res / "models" / args.model)
     setup = Setup(target, stop_ids(target, tokenizer), args.max_new_tokens, args.k, 4,
-                  min_match=1, engines={"target": engine})  # fmt: skip
+                  min_match=args.min_match, confidence=args.confidence,
+                  engines={"target": engine})  # fmt: skip
     bench = {"name": "humaneval", "prompts": "humaneval", "n": args.n, "kind": "code"}
     prompts = bench_prompts(read_jsonl(res / "data" / "humaneval.jsonl"), bench, tokenizer)
     methods = benchmark_methods(

@@ -69,11 +69,25 @@ def speculative_generate(
             n_acc, nxt = verify_sampling(probs, drafts, _proposal(draft, drafts), generator)
         crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
         t2 = time.perf_counter()
+        if hasattr(drafter, "feedback"):
+            drafter.feedback(len(drafts), n_acc)
         emitted = _truncate_at_eos([*drafts[:n_acc], nxt], eos_token_id)
         seq += emitted
         new += emitted
-        steps.append(Step(len(drafts), n_acc, t1 - t0, t2 - t1, cache.get_seq_length()))
+        drafted, accepted = _counted(len(drafts), n_acc, len(emitted))
+        steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length()))
     return new[:max_new_tokens], steps
+
+
+def _counted(drafted: int, accepted: int, emitted: int) -> tuple[int, int]:
+    """(drafted, accepted) of a step, not counting drafts after an emitted EOS.
+
+    `emitted` tokens were kept: the accepted drafts and the target's token, cut after EOS.
+    When EOS is an accepted draft, the drafts behind it were never used.
+    """
+    if emitted <= accepted:  # EOS among the accepted drafts, at index emitted - 1
+        return emitted, emitted
+    return drafted, accepted
 
 
 @torch.inference_mode()
@@ -95,14 +109,19 @@ def greedy_generate(
 
 
 def _prefill(target: torch.nn.Module, prompt: list[int]) -> Any:
-    """A DynamicCache holding the prompt minus its last token."""
+    """A DynamicCache holding the prompt minus its last token.
+
+    Only the cache is needed, so the output head runs on one position (`logits_to_keep`),
+    not on the whole prompt (a (P, V) float tensor: 49k-262k columns here).
+    """
     from transformers import DynamicCache
 
     if not prompt:
         raise ValueError("the prompt must contain at least one token")
     cache = DynamicCache()
     if len(prompt) > 1:
-        _forward(target, cache, prompt[:-1])
+        ids = torch.tensor([prompt[:-1]], dtype=torch.long, device=target.device)  # (1, P-1)
+        target(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
     return cache
 
 
@@ -121,7 +140,13 @@ def _proposal(draft: Draft | None, drafts: list[int]) -> Any:
 
 
 def _as_list(input_ids: torch.Tensor | list[int]) -> list[int]:
+    """One prompt's ids from a list, a (P,) tensor or a (1, P) tensor; batches are refused."""
     if isinstance(input_ids, torch.Tensor):
+        if input_ids.dim() > 2 or (input_ids.dim() == 2 and input_ids.shape[0] != 1):
+            raise ValueError(
+                f"speculative decoding here runs one prompt at a time (batch size 1); "
+                f"got input_ids of shape {tuple(input_ids.shape)}"
+            )
         return [int(t) for t in input_ids.reshape(-1)]
     return [int(t) for t in input_ids]
 

@@ -8,12 +8,12 @@ from, which is what rejection sampling needs to stay exact.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from kvspec.spec import suffix_array as sa
 from kvspec.spec.ngram_index import CheckedEngine
 
 Dist = dict[int, float]
@@ -34,6 +34,7 @@ class Draft:
     match_len: int = 0
     match_count: int = 0
     dists: list[Dist] | None = None
+    lengths: list[int] | None = None  # match length behind each token (n-gram drafters)
 
 
 class Drafter(Protocol):
@@ -73,21 +74,11 @@ def sequential_infgram_draft(engine: CheckedEngine, context: list[int], k: int) 
 
 
 @dataclass
-class _Shard:
-    """Memory maps of one index shard: token stream and suffix array."""
-
-    tokens: np.ndarray  # (n_tok,) u16/u32, separators included
-    table: np.ndarray  # (n_tok * ptr_bytes,) u8, little-endian byte pointers into `tokens`
-    ptr_bytes: int
-    to_model: np.ndarray | None = None  # (65536,) compact id -> model id, compact indexes only
-
-
-@dataclass
 class _Match:
     """The longest matched suffix of the running context and its suffix-array ranges."""
 
-    suffix: list[int]
-    segments: list[tuple[int, int]]  # per shard, [lo, hi) ranks
+    suffix: list[int]  # model ids
+    segments: sa.Segments  # per shard, [lo, hi) ranks
     count: int
 
 
@@ -98,22 +89,25 @@ class InfiniGramDrafter:
     after every match straight from the memory-mapped index, then replays k sequential
     greedy `infgram_ntd` picks by counting and filtering those continuations. Because the
     matches of `suffix + t` are exactly the matches of `suffix` followed by `t`, the draft
-    equals k sequential `infgram_ntd` calls. When a suffix has more than `max_support`
-    matches the engine subsamples, so that step is delegated to the engine's `ntd`; when
-    no match survives (a document ended) a fresh lookup continues the draft.
+    equals k sequential `infgram_ntd` calls while a suffix has at most `max_support`
+    matches. A suffix with more matches is counted on `max_support` evenly spaced
+    suffix-array ranks (an offset seeded by `seed` and the range; an approximation, as the
+    engine's `ntd` is, but a function of the context alone), one
+    step at a time, narrowing the range exactly after each pick. When no match survives
+    (a document ended) a fresh lookup continues the draft.
+
+    Lookups run in this process (`kvspec.spec.suffix_array`), not through the engine, and
+    reuse the previous call's match: when the new context extends the previous one, the
+    longest suffix is the previous match extended by the new tokens if that occurs, and
+    otherwise is searched only among shorter lengths.
 
     `confidence`: stop drafting once a step's top-1 probability is below it.
     `min_match`: draft nothing when the context's longest indexed suffix is shorter (a
     0-token match is the corpus unigram: rarely accepted, and costly to count).
     `sample`: draw each token from the n-gram distribution instead of taking the mode.
 
-    Tokens are the model's ids also over a compact-vocabulary index: the engine translates
-    queries and answers, and tokens read from the suffix array go through the same map.
-
-    Counts here are exact. The engine's `ntd` reports a document end as `eos_token_id` and
-    assumes a suffix-array range whose first and last continuations agree is uniform, so
-    when eos is also a regular corpus token (not only a final one) and a suffix is followed
-    both by eos and by a document end, the engine's distribution can differ from ours.
+    Tokens are the model's ids also over a compact-vocabulary index. A document end is
+    reported as the engine does, as `eos_token_id`.
     """
 
     def __init__(
@@ -130,59 +124,77 @@ class InfiniGramDrafter:
         self.max_support = engine.max_support
         self.confidence = confidence
         self.sample = sample
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
-        to_model = engine.vocab.original_lut if engine.vocab else None
-        self.shards = _open_shards(engine.index_dir, engine.token_dtype, to_model)
+        self.vocab = engine.vocab
+        self.shards = sa.open_shards(engine.index_dir, engine.token_dtype)
+        self._last: tuple[list[int], _Match] | None = None  # previous context and its match
 
     def propose(self, context: list[int], k: int) -> Draft:
         """Draft up to k tokens after `context` (fewer if the confidence cut-off fires)."""
         ctx = [int(t) for t in context]
         if k <= 0:
-            return Draft([], [], 0, 0, [])
+            return Draft([], [], 0, 0, [], [])
+        first = self.locate(ctx)
+        if len(first.suffix) < self.min_match:
+            return Draft([], [], len(first.suffix), first.count, [], [])
         tokens: list[int] = []
         dists: list[Dist] = []
-        first: _Match | None = None
-        match: _Match | None = None
+        lengths: list[int] = []
+        match: _Match | None = first
         while len(tokens) < k:
             if match is None:
                 match = self.longest_suffix(ctx + tokens)
-                first = first or match
                 if len(match.suffix) < self.min_match:
                     break
-            if match.count <= self.max_support:
-                steps, match = self._walk(match, k - len(tokens))
-            else:
-                steps, match = self._engine_step(match)
-            stop = self._append(steps, tokens, dists)
+            steps, match = self._step(match, k - len(tokens))
+            stop = self._append(steps, tokens, dists, lengths)
             if stop or not steps:
                 break
         q = dists if self.sample else one_hot(tokens)
-        return Draft(tokens, q, len(first.suffix), first.count, dists)
+        return Draft(tokens, q, len(first.suffix), first.count, dists, lengths)
 
     def distribution(self, context: list[int]) -> tuple[Dist, int, int]:
         """`infgram_ntd` of `context`: (next-token distribution, suffix length, suffix count).
 
-        Counted from the index like a one-token draft instead of calling the engine's
-        `infgram_ntd`, whose C++ code was seen to segfault on suffixes that end documents
-        (runs of one repeated token) while `find` and this counting are safe.
+        Counted from the index like a one-token draft (the engine's C++ `infgram_ntd` was
+        seen to segfault on suffixes that end documents).
         """
-        match = self.longest_suffix([int(t) for t in context])
-        if match.count <= self.max_support:
-            steps, _ = self._walk(match, 1)
-        else:
-            steps, _ = self._engine_step(match)
+        match = self.locate([int(t) for t in context])
+        steps, _ = self._step(match, 1)
         return (steps[0][1] if steps else {}), len(match.suffix), match.count
 
-    def longest_suffix(self, ctx: list[int]) -> _Match:
-        """Longest suffix of `ctx` with a match, found by doubling then bisecting its length."""
+    def locate(self, ctx: list[int]) -> _Match:
+        """The longest indexed suffix of `ctx`, reusing the previous call's when it can."""
+        match = self._reuse(ctx)
+        if match is None:
+            match = self.longest_suffix(ctx)
+        self._last = (ctx, match)
+        return match
+
+    def _reuse(self, ctx: list[int]) -> _Match | None:
+        if self._last is None:
+            return None
+        prev, old = self._last
+        if len(ctx) < len(prev) or ctx[: len(prev)] != prev:
+            return None
+        tail = ctx[len(prev) :]
+        grown = self._extend(old, tail)
+        if grown.count > 0:
+            return grown  # no longer suffix can occur: its prefix would beat `old`
+        return self.longest_suffix(ctx, below=len(old.suffix) + len(tail))
+
+    def longest_suffix(self, ctx: list[int], below: int | None = None) -> _Match:
+        """Longest suffix of `ctx` shorter than `below` with a match (doubling, then bisecting)."""
+        limit = len(ctx) if below is None else min(below - 1, len(ctx))
         best = self._find([])
         lo, hi = 0, 1
-        while hi <= len(ctx):
+        while hi <= limit:
             found = self._find(ctx[len(ctx) - hi :])
             if found.count == 0:
                 break
             best, lo, hi = found, hi, hi * 2
-        hi = min(hi, len(ctx) + 1)
+        hi = min(hi, limit + 1)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             found = self._find(ctx[len(ctx) - mid :])
@@ -192,47 +204,78 @@ class InfiniGramDrafter:
                 best, lo = found, mid
         return best
 
-    def continuations(self, match: _Match, m: int) -> np.ndarray:
-        """The m tokens after every match, -1 once the document has ended.  # (count, m)"""
-        rows = [
-            _shard_continuations(shard, lo, hi, len(match.suffix), m)
-            for shard, (lo, hi) in zip(self.shards, match.segments, strict=True)
-            if hi > lo
-        ]
+    def continuations(self, match: _Match, m: int, ranks: np.ndarray | None = None) -> np.ndarray:
+        """The m tokens after every match (or after the matches at global `ranks`), -1 once
+        the document has ended.  # (count, m)"""
+        rows, offset = [], 0
+        for shard, (lo, hi) in zip(self.shards, match.segments, strict=True):
+            if ranks is None:
+                pos = shard.range_positions(lo, hi) if hi > lo else np.zeros(0, np.int64)
+            else:
+                mine = ranks[(ranks >= offset) & (ranks < offset + hi - lo)] - offset
+                pos = shard.positions(lo + mine)
+            offset += hi - lo
+            rows.append(self._read(shard, pos + len(match.suffix), m))
         return np.concatenate(rows) if rows else np.zeros((0, m), dtype=np.int64)
 
-    def _find(self, suffix: list[int]) -> _Match:
-        found = self.engine.find(suffix)
-        segments = [(int(lo), int(hi)) for lo, hi in found["segment_by_shard"]]
-        return _Match(list(suffix), segments, int(found["cnt"]))
+    def _read(self, shard: sa.Shard, start: np.ndarray, m: int) -> np.ndarray:
+        """Model ids at start..start+m-1, -1 from a document end on.  # (n, m)"""
+        pos = start[:, None] + np.arange(m)  # (n, m)
+        inside = pos < len(shard.tokens)
+        conts = np.asarray(shard.tokens[np.where(inside, pos, 0)]).astype(np.int64)  # (n, m)
+        separator = np.iinfo(shard.tokens.dtype).max
+        ended = np.logical_or.accumulate(~inside | (conts == separator), axis=1)
+        if self.vocab is not None:
+            conts = self.vocab.original_lut[conts]  # compact -> model ids
+        return np.where(ended, -1, conts)
 
-    def _walk(self, match: _Match, m: int) -> tuple[list[tuple[int, Dist]], _Match | None]:
+    def _find(self, suffix: list[int]) -> _Match:
+        segments = sa.find(self.shards, self._index_ids(suffix))
+        return _Match(list(suffix), segments, sa.count(segments))
+
+    def _extend(self, match: _Match, tail: list[int]) -> _Match:
+        ids = self._index_ids(tail)
+        segments = sa.extend(self.shards, match.segments, len(match.suffix), ids)
+        return _Match(match.suffix + list(tail), segments, sa.count(segments))
+
+    def _index_ids(self, ids: list[int]) -> list[int]:
+        """Query ids as the index stores them (ids outside the corpus match nothing)."""
+        return self.vocab.to_compact(ids) if self.vocab is not None else ids
+
+    def _step(self, match: _Match, m: int) -> tuple[list[tuple[int, Dist, int]], _Match | None]:
+        """Up to m picks from `match`: an exact walk, or one sampled step on a large range."""
+        if match.count <= self.max_support:
+            return self._walk(match, m), None
+        ranks = self._spread(match.count, match.segments)
+        column = self.continuations(match, 1, ranks)[:, 0]
+        dist = _column_dist(np.where(column < 0, self.eos, column))
+        pick = self._pick(dist)
+        grown = self._extend(match, [pick])
+        return [(pick, dist, len(match.suffix))], grown if grown.count > 0 else None
+
+    def _spread(self, n: int, segments: sa.Segments) -> np.ndarray:
+        """`max_support` evenly spaced ranks out of n.  # (max_support,)
+
+        The offset is a hash of (seed, the match's ranges), so a context's draft does not
+        depend on what the drafter was asked before.
+        """
+        offset = (hash((self.seed, n, *segments)) & 0xFFFFFFFF) / 2**32
+        return ((np.arange(self.max_support) + offset) * (n / self.max_support)).astype(np.int64)
+
+    def _walk(self, match: _Match, m: int) -> list[tuple[int, Dist, int]]:
         """Replay up to m sequential picks on the matches' continuations."""
         conts = self.continuations(match, m)  # (count, m)
         alive = np.ones(len(conts), dtype=bool)
-        steps: list[tuple[int, Dist]] = []
+        steps: list[tuple[int, Dist, int]] = []
         for j in range(m):
             column = conts[alive, j]
-            column = np.where(column < 0, self.eos, column)  # the engine reports doc end as eos
-            ids, counts = np.unique(column, return_counts=True)
-            dist = {int(t): int(c) / len(column) for t, c in zip(ids, counts, strict=True)}
+            dist = _column_dist(np.where(column < 0, self.eos, column))
             pick = self._pick(dist)
-            steps.append((pick, dist))
+            steps.append((pick, dist, len(match.suffix) + j))
             alive &= conts[:, j] == pick
             if not alive.any():
                 break  # every match ended: the caller starts a fresh lookup
-        return steps, None
-
-    def _engine_step(self, match: _Match) -> tuple[list[tuple[int, Dist]], _Match | None]:
-        """One step through the engine, which subsamples suffixes with > max_support matches."""
-        counts = ntd_counts(self.engine.ntd(match.suffix))
-        if not counts:
-            return [], None
-        total = sum(counts.values())
-        dist = {t: c / total for t, c in counts.items()}
-        pick = self._pick(dist)
-        grown = self._find(match.suffix + [pick])
-        return [(pick, dist)], grown if grown.count > 0 else None
+        return steps
 
     def _pick(self, dist: Dist) -> int:
         if not self.sample:
@@ -240,64 +283,47 @@ class InfiniGramDrafter:
         ids = list(dist)
         return int(ids[self.rng.choice(len(ids), p=np.array([dist[t] for t in ids]))])
 
-    def _append(self, steps: list[tuple[int, Dist]], tokens: list[int], dists: list[Dist]) -> bool:
+    def _append(
+        self,
+        steps: list[tuple[int, Dist, int]],
+        tokens: list[int],
+        dists: list[Dist],
+        lengths: list[int],
+    ) -> bool:
         """Append picks until the confidence cut-off; True if it fired."""
-        for pick, dist in steps:
+        for pick, dist, length in steps:
             if max(dist.values()) < self.confidence:
                 return True
             tokens.append(pick)
             dists.append(dist)
+            lengths.append(length)
         return False
 
 
-def _open_shards(
-    index_dir: Path, token_dtype: str, to_model: np.ndarray | None = None
-) -> list[_Shard]:
-    """Memory-map every shard of an index the way the engine pairs them (sorted names).
-
-    `to_model` maps a compact index's token ids to the model's (None: already model ids).
-    """
-    width = 2 if token_dtype == "u16" else 4
-    ds_paths = sorted(p for p in Path(index_dir).iterdir() if "tokenized" in p.name)
-    sa_paths = sorted(p for p in Path(index_dir).iterdir() if "table" in p.name)
-    shards = []
-    for ds_path, sa_path in zip(ds_paths, sa_paths, strict=True):
-        tokens = np.memmap(ds_path, dtype=f"<u{width}", mode="r")
-        table = np.memmap(sa_path, dtype=np.uint8, mode="r")
-        shards.append(_Shard(tokens, table, len(table) // len(tokens), to_model))
-    return shards
-
-
-def _shard_continuations(shard: _Shard, lo: int, hi: int, offset: int, m: int) -> np.ndarray:
-    """Model ids at positions offset..offset+m-1 after the suffixes of ranks lo..hi-1."""
-    raw = np.asarray(shard.table[lo * shard.ptr_bytes : hi * shard.ptr_bytes])
-    raw = raw.reshape(hi - lo, shard.ptr_bytes).astype(np.uint64)  # (n, ptr_bytes)
-    shifts = np.arange(shard.ptr_bytes, dtype=np.uint64) * np.uint64(8)
-    byte_ptr = (raw << shifts).sum(axis=1)  # (n,) little-endian
-    start = byte_ptr // np.uint64(shard.tokens.itemsize) + np.uint64(offset)
-    pos = start[:, None].astype(np.int64) + np.arange(m)  # (n, m)
-    inside = pos < len(shard.tokens)
-    conts = np.asarray(shard.tokens[np.where(inside, pos, 0)]).astype(np.int64)  # (n, m)
-    separator = np.iinfo(shard.tokens.dtype).max
-    ended = np.logical_or.accumulate(~inside | (conts == separator), axis=1)
-    if shard.to_model is not None:
-        conts = shard.to_model[conts]  # compact -> model ids
-    return np.where(ended, -1, conts)
+def _column_dist(column: np.ndarray) -> Dist:
+    """Empirical distribution of one column of continuations."""
+    ids, counts = np.unique(column, return_counts=True)
+    return {int(t): int(c) / len(column) for t, c in zip(ids, counts, strict=True)}
 
 
 # ---------------------------------------------------------------- prompt lookup
 
 
 class PromptLookupDrafter:
-    """Copy what followed the latest earlier occurrence of the context's last n-gram.
+    """Copy what followed an earlier occurrence of the context's last n-gram.
 
-    Tries n-gram sizes from `max_ngram` down to `min_ngram` and drafts the tokens that
-    followed the most recent earlier occurrence (prompt lookup decoding).
+    Tries n-gram sizes from `max_ngram` down to `min_ngram`; drafts the tokens after the
+    `policy` occurrence: "earliest" (Hugging Face's prompt lookup, with its default
+    `max_ngram` 2, so the two rows of the benchmark differ only in the decoding loop) or
+    "latest" (the most recent one; inside a loop its draft is capped at the loop period).
     """
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, max_ngram: int = 2, min_ngram: int = 1, policy: str = "earliest") -> None:
+        if policy not in ("earliest", "latest"):
+            raise ValueError(f"policy must be 'earliest' or 'latest', not {policy!r}")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.policy = policy
 
     def propose(self, context: list[int], k: int) -> Draft:
         """Draft up to k tokens copied from the context itself."""
@@ -305,9 +331,9 @@ class PromptLookupDrafter:
         for n in range(min(self.max_ngram, len(ctx) - 1), self.min_ngram - 1, -1):
             starts = _ngram_starts(ctx, n)  # earlier occurrences with a continuation
             if len(starts):
-                begin = int(starts[-1]) + n
+                begin = int(starts[0 if self.policy == "earliest" else -1]) + n
                 tokens = ctx[begin : begin + k].tolist()
-                return Draft(tokens, one_hot(tokens), n, len(starts))
+                return Draft(tokens, one_hot(tokens), n, len(starts), lengths=[n] * len(tokens))
         return Draft([], [], 0, 0)
 
 

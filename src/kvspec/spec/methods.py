@@ -9,11 +9,20 @@ METHOD_INPUTS: dict[str, tuple[str, ...]] = {
     "hf_greedy": (),  # transformers generate, greedy
     "hf_prompt_lookup": (),  # transformers generate(prompt_lookup_num_tokens=k)
     "hf_assisted": ("draft",),  # transformers generate(assistant_model=draft)
-    "sd_prompt_lookup": (),  # our loop, prompt-lookup drafter
+    "sd_prompt_lookup": (),  # our loop, prompt-lookup drafter (HF's policy)
+    "sd_prompt_lookup_adaptive": (),  # the same, adaptive depth (learnt while decoding)
     "sd_draft": ("draft",),  # our loop, draft-model drafter
     "sd_infgram_sft": ("index_sft",),  # our loop, inf_nkt on the SFT-response index
     "sd_infgram_target": ("index_target",),  # our loop, inf_nkt on the target-response index
+    # adaptive depth, calibrated by the index's acceptance rows (when the model has them)
+    "sd_infgram_sft_adaptive": ("index_sft", "calib_index_sft"),
+    "sd_infgram_target_adaptive": ("index_target", "calib_index_target"),
+    # request-local prompt lookup + index, adaptive, the better expected draft each step
+    "sd_hybrid_sft": ("index_sft", "calib_index_sft"),
+    "sd_hybrid_target": ("index_target", "calib_index_target"),
 }
 METHODS = tuple(METHOD_INPUTS)
 # which index each infini-gram method reads: (corpus, fraction) of results/ngram/<model>/
 INDEX_OF = {"index_sft": ("sft", "1"), "index_target": ("responses", "1")}
+# which acceptance rows calibrate an adaptive method: those of the index it drafts from
+CALIBRATION_OF = {"calib_index_sft": "index_sft", "calib_index_target": "index_target"}

@@ -8,10 +8,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from transformers import AutoConfig, AutoTokenizer
 
 from kvspec.data.records import read_jsonl, write_jsonl
-from kvspec.io import read_json, write_json, write_rows, write_text
+from kvspec.io import read_json, read_rows, write_json, write_rows, write_text
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 from kvspec.spec.corpora import heldout_items, index_documents
@@ -160,11 +161,14 @@ def speed_stage(
     dtype: str,
     seed: int,
     threads: int,
+    baseline_repeats: int = 1,
+    unstable_spread: float = 0.1,
 ) -> None:
     """Every decoding method on one benchmark set, side by side in this process.
 
     `inputs` holds `model`, `prompts` and whatever the methods need (`draft`, `index_sft`,
-    `index_target` with their `*_stats`; see `kvspec.spec.methods`).
+    `index_target` with their `*_stats`, acceptance rows `calib_index_*` calibrating the
+    adaptive methods; see `kvspec.spec.methods`).
     """
     from kvspec.spec.bench import (
         Setup,
@@ -194,11 +198,23 @@ def speed_stage(
         seed=seed,
         draft=draft,
         engines=open_engines(indexes, max_support),
+        calibrations={
+            name.removeprefix("calib_index_"): read_rows(path)
+            for name, path in inputs.items()
+            if name.startswith("calib_index_")
+        },
     )
     prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
-    records = run_benchmark(benchmark_methods(setup, methods, decode["modes"]), prompts, repeats)
+    methods_ = benchmark_methods(setup, methods, decode["modes"])
+    records = run_benchmark(methods_, prompts, repeats, baseline_repeats=baseline_repeats)
     mark_divergence(target, records, prompts)
-    summary = summarize(records)
+    summary = summarize(records, unstable_spread=unstable_spread)
+    if summary["baseline_unstable"].iloc[0]:
+        log.warning(
+            "greedy baseline varied by %.0f%% across its repeats (load average up to %.1f): "
+            "the machine was busy; these ratios are unreliable",
+            100 * summary["baseline_spread"].iloc[0], summary["load1_max"].iloc[0],
+        )  # fmt: skip
     log.info("\n%s", summary.to_string())
     meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods}
     write_json(out_runs, {"records": records, "provenance": provenance(meta)})
@@ -239,3 +255,40 @@ def draft_quality_stage(
     meta = {"model": model, "sets": dict(sets), "settings": dict(settings)}
     sizes = {"target": count_parameters(target), "draft": count_parameters(draft)}
     write_json(out, {**result, "parameters": sizes, "provenance": provenance(meta)})
+
+
+def draft_latency_stage(
+    inputs: Mapping[str, str],
+    out: str,
+    *,
+    model: str,
+    settings: Mapping[str, Any],
+    decode: Mapping[str, Any],
+    seed: int,
+) -> None:
+    """Draft latency of inf_nkt on the model's target-response index (`inputs`: `index`,
+    `index_stats`, `responses`; `settings`: spec.latency), JSON with provenance."""
+    from kvspec.spec.drafters import InfiniGramDrafter
+    from kvspec.spec.latency import draft_latency
+
+    stats = read_json(inputs["index_stats"])
+    engine = open_engine(
+        inputs["index"], stats["vocab_size"], stats["eos_token_id"], settings["max_support"]
+    )
+    held = [r for r in read_jsonl(inputs["responses"]) if r["split"] != "index"]
+    if not held:
+        raise ValueError(f"{inputs['responses']}: no held-out responses to time drafts on")
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(held), size=min(settings["responses"], len(held)), replace=False)
+    pairs = [(list(held[i]["prompt_ids"]), list(held[i]["response_ids"])) for i in sorted(picks)]
+
+    def make() -> InfiniGramDrafter:
+        return InfiniGramDrafter(
+            engine, confidence=decode["confidence"], min_match=decode["min_match"], seed=seed
+        )
+
+    result = draft_latency(make, pairs, settings["k"], settings["sequential_contexts"])
+    log.info("draft latency of %s, k=%d, max_support=%d: %s", model, settings["k"],
+             settings["max_support"], result)  # fmt: skip
+    meta = {"model": model, "settings": dict(settings), "decode": dict(decode), "index": stats}
+    write_json(out, {**result, "provenance": provenance(meta)})
