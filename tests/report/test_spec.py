@@ -58,6 +58,7 @@ def test_acceptance_tables_from_rows(tmp_path: Path) -> None:
     ]
     item = {"sweep": sweep, "main": main, "settings": SETTINGS}
     out = _outputs(tmp_path, range(1, 7), figure=True)
+    out |= {"exact_csv": str(tmp_path / "ex.csv"), "exact_md": str(tmp_path / "ex.md")}
     render_acceptance(item, _paper_inputs(range(1, 7)), out)
     t41 = pd.read_csv(out["t4_1"])
     full = t41[t41["model"] == "Infini-5M"].iloc[0]
@@ -75,6 +76,24 @@ def test_acceptance_tables_from_rows(tmp_path: Path) -> None:
     assert t44.loc["SFT-5M", "ml_0 (ours)"] == pytest.approx(1.0)
     assert "Positions analysed" in Path(out["t4_2_md"]).read_text()
     assert Path(out["f4_1_png"]).stat().st_size > 0
+    exact = pd.read_csv(out["exact_csv"]).set_index(["heldout", "index", "match_len"])
+    cell = exact.loc[("general", "sft", "8-11")]  # exactly the position matched 8 tokens
+    assert cell["positions"] == 1 and cell["acceptance"] == pytest.approx(0.5)
+    assert exact.loc[("general", "sft", "1"), "positions"] == 0  # no position matched 1
+
+
+def test_exact_length_bins_with_target_confidence_columns():
+    from kvspec.eval.acceptance_stats import by_exact_match_length
+
+    rows = pd.DataFrame({
+        "suffix_len": [0, 0, 3, 40], "acceptance": [0.1, 0.3, 0.5, 0.9], "q_top1": 0.5,
+        "p_top1": [0.2, 0.4, 0.9, 0.95], "p_q_mode": [0.0, 0.4, 0.9, 0.95], "hit": [0, 1, 1, 1],
+    })  # fmt: skip
+    table = by_exact_match_length(rows, edges=(0, 1, 4)).set_index("match_len")
+    assert list(table.index) == ["0", "1-3", ">=4"]
+    assert table.loc["0", "positions"] == 2 and table.loc["0", "hit"] == pytest.approx(0.5)
+    assert table.loc["1-3", "p_q_mode"] == pytest.approx(0.9)
+    assert table.loc[">=4", "acceptance"] == pytest.approx(0.9)
 
 
 def _summary(path: Path, rows: list[tuple[str, float, float]], spread: float = 0.02) -> str:

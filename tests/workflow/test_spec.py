@@ -176,6 +176,15 @@ def test_speed_tables(ci_run: Path, spec: dict) -> None:
     assert t48["speedup (paper Qwen3-8B)"].notna().sum() == 3
 
 
+def test_acceptance_by_exact_match_length(ci_run: Path, spec: dict) -> None:
+    table = pd.read_csv(ci_run / "results/report/acceptance_by_match_length.csv")
+    assert set(table["heldout"]) == set(spec["acceptance"]["heldout"])
+    filled = table[table["positions"] > 0]
+    for col in ("acceptance", "q_top1", "p_top1", "p_q_mode", "hit"):
+        assert filled[col].between(0, 1).all(), col
+    assert (filled["p_q_mode"] <= filled["p_top1"] + 1e-9).all()
+
+
 def test_figure_4_1(ci_run: Path) -> None:
     report = ci_run / "results/report"
     assert (report / "thesis_figure_4_1.png").read_bytes()[:4] == b"\x89PNG"

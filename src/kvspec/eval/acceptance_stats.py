@@ -1,8 +1,8 @@
 """The thesis's acceptance tables from per-position rows (one row per output position).
 
 Rows are written by `kvspec.eval.acceptance.acceptance_rows`: prompt, pos, token, acceptance
-(1 - TV(p, q)), q_top1, q_mode, suffix_len, count. Pure pandas: the report reads these
-without importing torch.
+(Σ min(p, q)), q_top1, q_mode, suffix_len, count, and since issue 12 p_top1, p_q_mode, hit.
+Pure pandas: the report reads these without importing torch.
 """
 
 from __future__ import annotations
@@ -77,6 +77,35 @@ def _replay(hits: list[bool], suffix_lens: list[int], k: int, min_match: int) ->
         accepted.append(a)
         pos += a + 1
     return accepted
+
+
+EXACT_LENGTH_EDGES = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
+
+
+def by_exact_match_length(
+    rows: pd.DataFrame, edges: Sequence[int] = EXACT_LENGTH_EDGES
+) -> pd.DataFrame:
+    """Per match-length bin [edge, next edge) (the last open-ended), not cumulative: positions,
+    mean acceptance (Σ min(p, q)), n-gram top-1 q_top1, the target's own top-1 p_top1, the
+    target's probability of the n-gram mode p_q_mode, and hit (mode = target's greedy token).
+
+    Separates a confident target from a good n-gram: acceptance can be high because p is
+    peaked on a token the n-gram also proposes (p_q_mode ≈ p_top1, hit ≈ 1), or low because
+    the target is unsure (p_top1 low) however good the n-gram is.
+    """
+    cols = ["acceptance", "q_top1", "p_top1", "p_q_mode", "hit"]
+    have = [c for c in cols if c in rows]
+    labels = [
+        f"{a}-{b - 1}" if b - a > 1 else f"{a}" for a, b in zip(edges, edges[1:], strict=False)
+    ]
+    labels.append(f">={edges[-1]}")
+    bins = np.searchsorted(np.asarray(edges), rows["suffix_len"].to_numpy(), side="right") - 1
+    out = []
+    for i, label in enumerate(labels):
+        cell = rows[bins == i]
+        means = {c: float(cell[c].mean()) if len(cell) else float("nan") for c in have}
+        out.append({"match_len": label, "positions": len(cell), **means})
+    return pd.DataFrame(out)
 
 
 def hit_rate_table(rows: pd.DataFrame, lengths: Sequence[int] = HIT_LENGTHS) -> dict[int, float]:

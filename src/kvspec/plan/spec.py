@@ -249,6 +249,12 @@ class SpecPlan:
                 "f4_1_png": Output(f"{figure}.png", "thesis_figure_4_1", "Figure 4.1"),
                 "f4_1_pdf": Output(f"{figure}.pdf"),
                 "f4_1_csv": Output(f"{figure}.csv"),
+                **{
+                    f"exact_{k}": v
+                    for k, v in table_outputs(
+                        "acceptance_by_match_length", label="acceptance by match length"
+                    ).items()
+                },
             },
             params={"sweep": sweep, "main": main, "settings": self.spec["acceptance"]},
         )

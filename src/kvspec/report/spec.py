@@ -17,6 +17,7 @@ from kvspec.eval.acceptance_stats import (
     acceptance_grid,
     acceptance_surface,
     accepted_per_speculation,
+    by_exact_match_length,
     hit_rate_table,
 )
 from kvspec.io import read_json, read_rows, write_text
@@ -412,6 +413,16 @@ def render_acceptance(
          ["Ours: share (%) of held-out target-response positions whose context matched a suffix "
           "of at least N tokens; retention = length-16 share.", note])  # fmt: skip
     figure_4_1(sweep_rows[max(sweep_rows)], out["f4_1_png"], out["f4_1_pdf"], out["f4_1_csv"])
+    exact = pd.concat(
+        [by_exact_match_length(df).assign(heldout=h, index=i) for (h, i), df in main_rows.items()]
+    )
+    write_table(exact, out["exact_csv"], out["exact_md"], "Acceptance by exact match length", [
+        "Ours, beside Table 4.2's cumulative bins: positions whose longest matched suffix falls "
+        "in each bin (not 'at least'); acceptance = Σ min(p, q); q_top1 = the n-gram's top-1 "
+        "probability; p_top1 = the target's; p_q_mode = the target's probability of the "
+        "n-gram's mode; hit = share of positions where that mode is the target's greedy token.",
+        note,
+    ])  # fmt: skip
 
 
 def _counts_note(rows: Mapping[Any, pd.DataFrame]) -> str:
