@@ -70,7 +70,7 @@ def speculative_generate(
         crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
         t2 = time.perf_counter()
         if hasattr(drafter, "feedback"):
-            drafter.feedback(len(drafts), n_acc)
+            drafter.feedback(len(drafts), n_acc, t2 - t1)
         emitted = _truncate_at_eos([*drafts[:n_acc], nxt], eos_token_id)
         seq += emitted
         new += emitted
