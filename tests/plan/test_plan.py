@@ -11,6 +11,7 @@ from kvspec.config import validate
 from kvspec.plan import Plan
 from kvspec.plan.names import Converted, Healed, Original
 
+from ..conftest import REPO
 from .conftest import SCALES, edited
 
 # Per-rule job counts (snakemake -n) at the three scales, as the workflow ran them before the
@@ -62,6 +63,19 @@ def test_every_report_input_is_planned(plans, scale: str) -> None:
     jobs = plan.jobs()
     evaluations = {*jobs["evaluate_lmeval"], *jobs["evaluate_original"], *jobs["evaluate_healed"]}
     assert evaluations <= read, f"orphan evaluations: {sorted(evaluations - read)[:3]}"
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_report_caption_exists(plans, scale: str) -> None:
+    """Snakemake's --report fails on a missing caption file, long after the run succeeded."""
+    captions = {
+        out.caption
+        for item in plans[scale].report_items()
+        for out in item.outputs.values()
+        if out.caption
+    }
+    missing = sorted(c for c in captions if not (REPO / "workflow/report" / f"{c}.rst").is_file())
+    assert not missing, f"report outputs without workflow/report/<caption>.rst: {missing}"
 
 
 @pytest.mark.parametrize("scale", SCALES)

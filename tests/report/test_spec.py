@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from kvspec.io import write_rows
-from kvspec.report.spec import render_acceptance, render_speed
+from kvspec.report.spec import render_acceptance, render_speed, table_4_8
 
 from ..conftest import REPO
 
@@ -134,3 +134,20 @@ def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
     assert ours["speedup_humaneval (paper)"] == pytest.approx(2.96)
     assert t47.loc["Eagle-3 (Neural)", "speculation_latency (ours)"] == "not reproduced"
     assert "NOT MEASURED" in Path(out["t4_8_md"]).read_text()  # no other target configured
+
+
+def test_table_4_8_puts_paper_numbers_on_the_plain_infgram_rows_only() -> None:
+    summaries = pd.DataFrame(
+        [{"model": "alt", "bench": "he", "method": m, "tok_s": t, "speedup": s, "accept_len": a}
+         for m, t, s, a in (("sd_infgram_target", 20.0, 0.7, 1.4),
+                            ("sd_infgram_target_adaptive", 28.0, 0.99, 1.0),
+                            ("greedy", 28.0, 1.0, 1.0))]
+    )  # fmt: skip
+    table = table_4_8(summaries, {"he": "HumanEval"}, PAPER / "thesis_table_4_8.csv")
+    he = table[table["benchmark"] == "HumanEval"].set_index("mode")
+    assert set(he.index) == {"INFGRAM", "INFGRAM adaptive"}
+    assert he.loc["INFGRAM", "speedup (paper Qwen3-8B)"] == pytest.approx(2.30)
+    assert he.loc["INFGRAM", "speedup (ours)"] == pytest.approx(0.7)
+    assert pd.isna(he.loc["INFGRAM adaptive", "speedup (paper Qwen3-8B)"])
+    assert he.loc["INFGRAM adaptive", "speedup (ours)"] == pytest.approx(0.99)
+    assert table["speedup (paper Qwen3-32B)"].notna().sum() == 3  # one per paper benchmark

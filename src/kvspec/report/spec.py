@@ -306,7 +306,8 @@ def table_4_8(
     summaries: pd.DataFrame, labels: Mapping[str, str], paper_csv: str | Path
 ) -> pd.DataFrame:
     """Infini-gram SD (target index) on each other target and benchmark; paper's Qwen3 rows
-    beside ours in columns of their own (one column per paper target)."""
+    beside ours in columns of their own (one column per paper target), on the plain INFGRAM
+    rows only (the adaptive mode is ours and has no paper number)."""
     modes = {"sd_infgram_target": "INFGRAM", "sd_infgram_target_adaptive": "INFGRAM adaptive"}
     ours = summaries[summaries["method"].isin(list(modes))]
     rows = [
@@ -322,7 +323,9 @@ def table_4_8(
     for target, g in paper.groupby("target", sort=False):
         cols = {m: f"{m} (paper {target})" for m in ("spec_tps", "speedup", "accept_len")}
         table = table.merge(
-            g[["benchmark", *cols]].rename(columns=cols), on="benchmark", how="outer"
+            g[["benchmark", "mode", *cols]].rename(columns=cols),
+            on=["benchmark", "mode"],
+            how="outer",
         )
     return table
 
