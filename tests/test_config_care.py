@@ -65,3 +65,14 @@ def test_hub_models_need_explicit_ranks(schema, ci) -> None:
     _fails(schema, cfg, "care.ranks.fractions")
     cfg["care"]["alt_model"] = None  # Table 3.2 off: target_alt is no longer converted
     validate(cfg, schema)
+
+
+def test_heal_budgets_that_share_an_optimizer_step_are_refused(ci, schema) -> None:
+    cfg = copy.deepcopy(ci)
+    train = validate(cfg, schema)["care"]["heal"]["train"]
+    step = train["seq_len"] * train["micro_batch"] * train["accum"] * train["processes"]
+    cfg["care"]["heal"]["train"]["budgets"] = [4 * step, 4 * step + 1]
+    with pytest.raises(ConfigError, match=r"care\.heal\.train\.budgets.*both round to"):
+        validate(cfg, schema)
+    cfg["care"]["heal"]["train"]["budgets"] = [4 * step, 5 * step]
+    validate(cfg, schema)

@@ -287,3 +287,17 @@ def check_care(config: Mapping[str, Any]) -> None:
     _check_care_data(config, care)
     _check_care_models(config, care)
     _check_eval_tasks(config, care)
+    _check_heal_budgets(care)
+
+
+def _check_heal_budgets(care: Mapping[str, Any]) -> None:
+    """Every healing budget gets its own optimizer step (else two checkpoints would collide)."""
+    train = (care.get("heal") or {}).get("train")
+    if not train:
+        return
+    from kvspec.care.budgets import budget_steps, tokens_per_step  # pure, no torch
+
+    try:
+        budget_steps(train["budgets"], tokens_per_step(train))
+    except ValueError as err:
+        raise ConfigError(f"config key 'care.heal.train.budgets': {err}") from err

@@ -47,6 +47,19 @@ def test_kd_loss_is_zero_when_student_equals_teacher() -> None:
     assert kd_loss(logits, torch.randn(2, 5, VOCAB), tau=4.0).item() > 1e-3
 
 
+def test_kd_loss_is_forward_kl_teacher_to_student() -> None:
+    """KL(T ‖ S) = Σ p_T (log p_T − log p_S), checked on numbers where the reverse KL differs."""
+    teacher = torch.tensor([[[3.0, 0.0, 0.0]]])
+    student = torch.tensor([[[0.0, 2.0, 0.0]]])
+    p_t, p_s = torch.softmax(teacher, -1), torch.softmax(student, -1)
+    forward = (p_t * (p_t.log() - p_s.log())).sum().item()
+    reverse = (p_s * (p_s.log() - p_t.log())).sum().item()
+    assert abs(forward - reverse) > 0.3  # the test can tell the two directions apart
+    assert kd_loss(student, teacher, tau=1.0).item() == pytest.approx(forward, rel=1e-6)
+    # tau divides both logit sets before the softmax
+    assert kd_loss(2 * student, 2 * teacher, tau=2.0).item() == pytest.approx(forward, rel=1e-6)
+
+
 def test_total_loss_is_ce_plus_weighted_kd() -> None:
     student, teacher = _model(0), _model(1)
     batch = torch.from_numpy(_tokens(32, 0).reshape(2, 16))
@@ -146,6 +159,7 @@ def test_state_from_another_configuration_is_ignored(tmp_path) -> None:
     [
         ({"budgets": [192, 64]}, "increasing"),
         ({"budgets": [32]}, "less than one optimizer step"),
+        ({"budgets": [128, 150]}, "128 and 150 both round to optimizer step 2"),
         ({"mixed_precision": "fp16"}, "mixed_precision"),
         ({"accum": 0}, ">= 1"),
     ],

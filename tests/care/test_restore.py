@@ -188,3 +188,73 @@ def test_refuses_what_deepseek_v3_cannot_hold() -> None:
         latent_rank(llama.config, 16, 3)
     with pytest.raises(ValueError, match="restore method"):
         RestoreSpec("svd", 8)
+
+
+def _keys_only_on(llama, keep) -> LlamaForCausalLM:
+    """Zero the key weights of every (KV head, frequency) pair where keep(head, freq) is false
+    (both the real row i and the imaginary row i + d/2 of the rotate_half layout)."""
+    with torch.no_grad():
+        for layer in llama.model.layers:
+            wk = layer.self_attn.k_proj.weight.view(-1, HEAD, HIDDEN)
+            for head in range(wk.shape[0]):
+                for freq in range(HEAD // 2):
+                    if not keep(head, freq):
+                        wk[head, [freq, freq + HEAD // 2]] = 0.0
+    return llama
+
+
+@pytest.mark.parametrize("freqfold", [2, 4])
+def test_freqfold_restoration_is_exact_when_keys_live_on_each_groups_first_frequency(
+    freqfold: int,
+) -> None:
+    """Keys only on frequencies j·freqfold: each group's second moment has rank 1, its leading
+    component is that frequency, and the decoupled RoPE key must turn at exactly it. A grouping
+    or frequency table that is off by one frequency breaks the equality."""
+    llama = _keys_only_on(_llama(kv_heads=1), lambda head, freq: freq % freqfold == 0)
+    restored = restore_model(llama, _covs(2), RestoreSpec("transmla", HEAD, freqfold))
+    ids = torch.randint(0, 64, (2, 24))
+    diff = (_logits(_without_latent_norm(restored), ids) - _logits(llama, ids)).abs().max()
+    assert diff < 1e-4
+
+
+@pytest.mark.parametrize("method", ["transmla", "transmla-care"])
+def test_full_rank_restoration_with_several_kv_heads_is_exact_where_the_layout_allows(
+    method: str,
+) -> None:
+    """Two KV heads whose keys use disjoint frequencies (head 0 even, head 1 odd): each group
+    holds one key component, RoPE is kept on it, and a full-rank latent (g·d) holds both
+    heads' values, so the restoration is exact; with both heads on every frequency the
+    dropped RoPE on the second component makes it inexact."""
+    ids = torch.randint(0, 64, (2, 24))
+    split = _keys_only_on(_llama(kv_heads=2), lambda head, freq: freq % 2 == head)
+    restored = restore_model(split, _covs(2), RestoreSpec(method, 2 * HEAD))
+    exact = (_logits(_without_latent_norm(restored), ids) - _logits(split, ids)).abs().max()
+    assert exact < 1e-4
+    full = _llama(kv_heads=2)
+    restored = restore_model(full, _covs(2), RestoreSpec(method, 2 * HEAD + HEAD))
+    inexact = (_logits(_without_latent_norm(restored), ids) - _logits(full, ids)).abs().max()
+    assert inexact > 100 * exact
+
+
+@pytest.mark.parametrize("scaling", [None, "llama3"])
+@pytest.mark.parametrize("freqfold", [1, 2, 4])
+def test_decoupled_rope_key_turns_at_each_groups_first_frequency(freqfold: int, scaling) -> None:
+    """The DeepSeek-V3 rotary table over d/freqfold dims equals the source table's every
+    freqfold-th entry (also under Llama-3's frequency-dependent rope scaling)."""
+    llama = _llama(kv_heads=2)
+    if scaling:
+        llama.config.rope_parameters = {
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        }  # fmt: skip
+        llama = LlamaForCausalLM(llama.config).eval()
+    lat = latent_rank(llama.config, 16, freqfold)
+    restored = restore_model(llama, _covs(2), RestoreSpec("transmla", lat, freqfold))
+    source = llama.model.rotary_emb.inv_freq
+    target = restored.model.rotary_emb.inv_freq
+    assert len(target) == HEAD // 2 // freqfold
+    torch.testing.assert_close(target, source[::freqfold], rtol=1e-6, atol=0)
+    if scaling:  # frequency-dependent: the table is no longer geometric, so the test sees it
+        ratios = source[1:] / source[:-1]
+        assert not torch.allclose(ratios, ratios[0].expand_as(ratios))

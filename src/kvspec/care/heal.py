@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from kvspec.care.budgets import budget_steps
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
 
@@ -56,22 +57,11 @@ class HealSpec:
     processes: int = 1
 
     def __post_init__(self) -> None:
-        if not self.budgets or any(b <= 0 for b in self.budgets):
-            raise ValueError(f"budgets must be positive token counts, got {self.budgets}")
-        if sorted(self.budgets) != list(self.budgets) or len(set(self.budgets)) != len(
-            self.budgets
-        ):
-            raise ValueError(f"budgets must be strictly increasing, got {self.budgets}")
         if min(self.seq_len, self.micro_batch, self.accum, self.processes) < 1:
             raise ValueError("seq_len, micro_batch, accum and processes must be >= 1")
         if self.mixed_precision not in ("no", "bf16"):
             raise ValueError(f"mixed_precision must be 'no' or 'bf16', got {self.mixed_precision}")
-        for budget in self.budgets:
-            if budget < self.tokens_per_step:
-                raise ValueError(
-                    f"budget {budget} tokens is less than one optimizer step "
-                    f"({self.tokens_per_step} tokens)"
-                )
+        budget_steps(self.budgets, self.tokens_per_step)
 
     @property
     def sequences_per_step(self) -> int:
@@ -83,7 +73,7 @@ class HealSpec:
 
     def steps_for(self, budget: int) -> int:
         """Optimizer steps whose tokens reach `budget` (rounded to the nearest step)."""
-        return max(1, round(budget / self.tokens_per_step))
+        return round(budget / self.tokens_per_step)
 
     @property
     def total_steps(self) -> int:
@@ -186,7 +176,7 @@ def heal(
         curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
         log.info("step 0 (before healing): val ppl %.3f, teacher %.3f",
                  curve[0]["val_ppl"], curve[0]["teacher_val_ppl"])  # fmt: skip
-    budget_at = {spec.steps_for(b): b for b in spec.budgets}
+    budget_at = budget_steps(spec.budgets, spec.tokens_per_step)
     end = spec.total_steps if stop_after is None else min(spec.total_steps, stop_after)
     t0 = time.perf_counter() - curve[-1]["seconds"]
     bar = tqdm(range(start, end), desc="heal", mininterval=10, initial=start,
