@@ -222,3 +222,50 @@ def test_mask_length_mismatch_raises():
     model, ids = _model("llama"), _ids(10)
     with pytest.raises(ValueError, match="attention_mask covers"):
         model(ids, attention_mask=torch.ones(2, 3, dtype=torch.long))
+
+
+def _force_absorb(model: MLAForCausalLM, absorb: bool | None) -> MLAForCausalLM:
+    for layer in model.model.layers:
+        layer.self_attn.absorb_values = absorb
+    return model
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_absorbed_values_give_the_same_logits(arch, implementation):
+    """Attention over the value latent then v_b per head == attention over rebuilt values:
+    prefill and cached steps, left padding, sliding windows (Gemma3), both attention kernels."""
+    model = _model(arch)
+    model.config.base_config._attn_implementation = implementation
+    ids = _ids(7, length=9)
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+
+    rebuilds = []
+    for layer in model.model.layers:
+        layer.self_attn.v_b.register_forward_hook(lambda *_: rebuilds.append(1))
+
+    def run(absorb: bool) -> torch.Tensor:
+        _force_absorb(model, absorb)
+        rebuilds.clear()
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            first = model(ids[:, :6], attention_mask=mask[:, :6], past_key_values=cache).logits
+            steps = [
+                model(ids[:, t : t + 1], attention_mask=mask[:, : t + 1], past_key_values=cache)
+                .logits for t in range(6, 9)
+            ]  # fmt: skip
+        assert len(rebuilds) == (0 if absorb else 4 * 3)  # the route taken: 4 calls x 3 layers
+        return torch.cat([first, *steps], 1)
+
+    rebuilt, absorbed = run(False), run(True)
+    _force_absorb(model, None)
+    torch.testing.assert_close(absorbed, rebuilt, atol=1e-5, rtol=1e-5)
+
+
+def test_absorbing_is_chosen_for_decoding_and_not_for_a_long_prefill():
+    attn = _model("llama", kv_rank_v=[32, 32, 32]).model.layers[0].self_attn
+    assert attn._absorb_values(q_len=1, kv_len=512)  # one query: never rebuild 512 values
+    assert not attn._absorb_values(q_len=512, kv_len=512)  # r_V = 32 > d_h = 16 per head
+    narrow = _model("llama").model.layers[1].self_attn  # r_V = 3 < d_h: absorbing is cheaper
+    assert narrow._absorb_values(q_len=512, kv_len=512)

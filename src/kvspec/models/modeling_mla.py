@@ -13,6 +13,16 @@ RMS-normalised per head (Qwen3, Gemma3), then rotated with the source's own RoPE
 attention runs through the source's attention function (sdpa or eager) with the source's
 scaling, masks and sliding windows, so a full-rank conversion reproduces the source exactly.
 
+Values are absorbed when that is cheaper (decoding): softmax(q·kᵀ)·(latent_v·v_bᵀ) =
+(softmax(q·kᵀ)·latent_v)·v_bᵀ, so attention runs over the r_V-wide latent (one view shared by
+all KV groups, no copy) and each head applies its group's rows of v_b to its r_V-wide output,
+instead of rebuilding g_h·d_h values for every cached position. Keys cannot be absorbed the
+same way: RoPE rotates each key by its own position *after* k_b, so q·R_p·k_b·c_p needs either
+the rebuilt keys or a per-position R_pᵀ·q, both of which cost S·r_K·d_h per KV head per step;
+a cache of RoPE'd latent-rank keys does not exist because R_p·k_b spans a different subspace
+at every position. The key rebuild (S·r_K·g_h·d_h multiply-adds per layer and step) is what
+bounds MLA decoding speed against GQA here.
+
 Cache layout: a transformers ``DynamicCache`` with one full-length layer per decoder layer (also
 for Gemma3's sliding-window layers, whose windows are applied by HF's sliding-window masks);
 "keys" are latent_k as (B, 1, S, r_K), "values" latent_v as (B, 1, S, r_V). ``generate()``,
@@ -174,6 +184,7 @@ class MLAAttention(nn.Module):
         self.is_causal = source.is_causal
         self.sliding_window = getattr(source, "sliding_window", None)
         self.rope_key = rope_key
+        self.absorb_values: bool | None = None  # None: the cheaper route per call
         self.eager: Callable = inspect.getmodule(type(source)).eager_attention_forward
         d, kv_out = source.k_proj.in_features, source.k_proj.out_features
         self.q_proj = source.q_proj
@@ -214,7 +225,11 @@ class MLAAttention(nn.Module):
             latent_k, latent_v = past_key_values.update(latent_k, latent_v, self.layer_idx)
         query = self._heads(self.q_proj(hidden_states), "q_norm")  # (B, H, T, d_h)
         key = self._heads(self.k_b(latent_k[:, 0]), "k_norm")  # (B, g_h, S, d_h)
-        value = self._heads(self.v_b(latent_v[:, 0]), None)  # (B, g_h, S, d_h)
+        absorb = self._absorb_values(q_len, latent_v.shape[2])
+        if absorb:  # attend over the latent itself; v_b is applied per head afterwards
+            value = latent_v.expand(-1, key.shape[1], -1, -1)  # (B, g_h, S, r_V), a view
+        else:
+            value = self._heads(self.v_b(latent_v[:, 0]), None)  # (B, g_h, S, d_h)
         cos_k, sin_k = key_position_embeddings[self.rope_key]
         if cos_k.shape[1] != key.shape[2]:
             raise ValueError(f"RoPE for {cos_k.shape[1]} keys, cache returned {key.shape[2]}")
@@ -231,8 +246,26 @@ class MLAAttention(nn.Module):
             scaling=self.scaling,
             sliding_window=self.sliding_window,
             **kwargs,
-        )  # out: (B, T, H, d_h)
+        )  # out: (B, T, H, d_h), or (B, T, H, r_V) when absorbed
+        if absorb:
+            out = torch.einsum("bthr,hdr->bthd", out, self._value_up_per_head())
         return self.o_proj(out.reshape(bsz, q_len, -1).contiguous()), weights
+
+    def _absorb_values(self, q_len: int, kv_len: int) -> bool:
+        """Whether attending over the value latent (then v_b per head) is cheaper than
+        rebuilding the values of all kv_len positions: multiply-adds of each route (equal
+        results). `absorb_values` = True/False forces a route (tests)."""
+        if self.absorb_values is not None:
+            return self.absorb_values
+        heads, rank = self.q_proj.out_features // self.head_dim, self.v_b.in_features
+        rebuild = kv_len * rank * self.v_b.out_features + q_len * kv_len * heads * self.head_dim
+        absorbed = q_len * heads * rank * (kv_len + self.head_dim)
+        return absorbed < rebuild
+
+    def _value_up_per_head(self) -> Tensor:
+        """v_b's rows of each query head's KV group: (H, d_h, r_V)."""
+        w = self.v_b.weight.view(-1, self.head_dim, self.v_b.in_features)  # (g_h, d_h, r_V)
+        return w.repeat_interleave(self.num_key_value_groups, dim=0)
 
 
 def rope_positions(
