@@ -13,10 +13,12 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from kvspec.care.factorize import factorize
 from kvspec.care.restore import (
     RestoreSpec,
     kv_cache_per_token,
     latent_rank,
+    output_pca,
     restore_model,
     rorope_rotation,
 )
@@ -62,7 +64,7 @@ def _without_latent_norm(model):
     return model
 
 
-@pytest.mark.parametrize("method", ["transmla", "transmla-care"])
+@pytest.mark.parametrize("method", ["transmla", "transmla-pca", "transmla-care"])
 def test_full_rank_restoration_reproduces_the_llama_logits(method: str) -> None:
     """With one KV head and freqfold 1 every key component keeps its RoPE, and a full-rank
     latent holds V exactly: DeepSeek-V3 attention then equals the original up to the latent
@@ -258,3 +260,24 @@ def test_decoupled_rope_key_turns_at_each_groups_first_frequency(freqfold: int, 
     if scaling:  # frequency-dependent: the table is no longer geometric, so the test sees it
         ratios = source[1:] / source[:-1]
         assert not torch.allclose(ratios, ratios[0].expand_as(ratios))
+
+
+def test_output_pca_is_the_activation_optimal_rank_r_map() -> None:
+    """E‖Z·x − ŷ‖² of the PCA restoration equals the sum of the discarded eigenvalues of Z C Zᵀ
+    and is no larger than the weight-space SVD's; full rank is exact."""
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(24, HIDDEN, generator=gen, dtype=torch.float64)
+    cov = _covs(1)[0]
+    evals = torch.linalg.eigvalsh(z @ cov @ z.T).flip(0)
+
+    def error(a, b) -> float:
+        residual = z - (a @ b).T  # (out, D)
+        return torch.trace(residual @ cov @ residual.T).item()
+
+    for rank in (4, 12):
+        a, b = output_pca(z, cov, rank)
+        assert error(a, b) == pytest.approx(evals[rank:].sum().item(), rel=1e-9)
+        svd = factorize(z, rank, "svd")
+        assert error(a, b) < error(svd.a.double(), svd.b.double())
+    a, b = output_pca(z, cov, 24)
+    assert error(a, b) == pytest.approx(0.0, abs=1e-9)

@@ -12,7 +12,7 @@ import yaml
 from ..conftest import REPO, planned_jobs, shared_mirror, snakemake
 
 pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mirror not present")
-METHODS = ["svd", "transmla", "transmla-care"]
+METHODS = ["svd", "transmla", "transmla-pca", "transmla-care"]  # config/ci.yaml
 BUDGETS = [256, 768]  # config/ci.yaml care.heal.train.budgets
 
 
@@ -33,7 +33,7 @@ def test_every_student_has_a_checkpoint_per_budget_at_the_same_cache(ci_run: Pat
 def test_restored_students_load_as_deepseek_v3(ci_run: Path) -> None:
     from transformers import AutoConfig
 
-    for method in ("transmla", "transmla-care"):
+    for method in METHODS[1:]:
         for path in (f"init/{method}", f"{method}/tokens-768"):
             cfg = AutoConfig.from_pretrained(ci_run / "results/heal/target" / path)
             assert cfg.model_type == "deepseek_v3"
@@ -45,16 +45,24 @@ def test_curves_start_before_healing_and_end_at_the_last_budget(ci_run: Path) ->
     for _, curve in curves.groupby("method"):
         assert curve["tokens"].iloc[0] == 0 and curve["tokens"].iloc[-1] == BUDGETS[-1]
         assert curve["val_ppl"].notna().all() and curve["teacher_val_ppl"].nunique() == 1
-    assert set(curves["method"]) == {"SVD", "TransMLA", "CARE(E) Init"}
+    assert set(curves["method"]) == {
+        "SVD", "TransMLA", "TransMLA (PCA, released code)", "CARE(E) Init"
+    }  # fmt: skip
 
 
 def test_table_3_3_has_ours_beside_the_paper(ci_run: Path) -> None:
     df = pd.read_csv(ci_run / "results/report/thesis_table_3_3.csv")
-    assert list(df["method"].unique()) == ["GQA (Original)", "SVD", "TransMLA", "CARE(E) Init"]
+    pca = "TransMLA (PCA, released code)"
+    assert list(df["method"].unique()) == [
+        "GQA (Original)", "SVD", "TransMLA", pca, "CARE(E) Init"
+    ]  # fmt: skip
     healed = df[df["method"] != "GQA (Original)"]
-    assert len(healed) == 6
-    assert healed["arc (ours)"].notna().all() and healed["arc (paper)"].notna().all()
-    assert healed["tokens (ours)"].tolist() == BUDGETS * 3
+    assert len(healed) == 2 * 4
+    assert healed["arc (ours)"].notna().all()
+    in_paper = healed["method"] != pca  # the thesis has no PCA row
+    assert healed.loc[in_paper, "arc (paper)"].notna().all()
+    assert healed.loc[~in_paper, "arc (paper)"].isna().all()
+    assert healed["tokens (ours)"].tolist() == BUDGETS * 4
     assert (healed["kv_save_pct (ours)"] == 50.0).all()
 
 
@@ -65,8 +73,8 @@ def test_changing_a_budget_reruns_healing_but_not_restoration(ci_run: Path, tmp_
     edited.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
     assert jobs == {
-        "heal_train": 3,
-        "evaluate_healed": 6,
+        "heal_train": 4,
+        "evaluate_healed": 8,
         "report_heal_table_3_3": 1,
         "report_heal_convergence": 1,
         "all": 1,

@@ -73,7 +73,7 @@ if PLAN.heal:
         benchmark:
             "benchmarks/evaluate/{model}/heal-{method}/tokens-{budget}.tsv"
         wildcard_constraints:
-            method="svd|transmla|transmla-care",
+            method=one_of(PLAN.heal.methods if PLAN.heal else []),
             budget=r"\d+",
         conda:
             env_path("evaluation")

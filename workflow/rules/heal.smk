@@ -1,7 +1,7 @@
 # Stage heal (CARE, thesis 3.3.6 and Table 3.3): full MLA restoration (TransMLA layout, with
 # weight-space or CARE's covariance-weighted latent), then CE + KD healing of every student
 # with a checkpoint at each token budget (evaluated in evaluate.smk).
-# {method} is svd (the plain SVD MLA model), transmla or transmla-care.
+# {method} is svd (the plain SVD MLA model), transmla, transmla-pca or transmla-care.
 
 
 if PLAN.heal:
@@ -17,7 +17,7 @@ if PLAN.heal:
         benchmark:
             "benchmarks/heal/{model}/init/{method}.tsv"
         wildcard_constraints:
-            method="transmla|transmla-care",
+            method=one_of(PLAN.heal.restored()),
         conda:
             env_path("training")
         threads: 1
@@ -45,7 +45,7 @@ if PLAN.heal:
         benchmark:
             "benchmarks/heal/{model}/{method}.tsv"
         wildcard_constraints:
-            method="svd|transmla|transmla-care",
+            method=one_of(PLAN.heal.methods),
         conda:
             env_path("training")
         threads: 2

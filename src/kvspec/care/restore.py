@@ -12,10 +12,12 @@ Per layer, with g KV heads of width d and the K/V input covariance C (from calib
    shared by all heads. The other components lose RoPE (the approximation healing repairs).
 2. Joint latent. The position-free key components and all of V are one linear map Z of x
    (K part balanced to V's RMS first, as TransMLA's BKV). Z is factored at rank r_lat:
-   ``transmla``: weight-space SVD of Z; ``transmla-care``: CARE's covariance-weighted SVD of
-   √C_λ·Zᵀ. Within a layer the joint SVD is the optimal split of the latent between K and V,
-   so there is nothing left for water-filling to allocate there; across layers DeepSeek-V3 has
-   one `kv_lora_rank`, so every layer gets the same r_lat (see `latent_rank`).
+   ``transmla``: weight-space SVD of Z (the thesis's description); ``transmla-pca``: PCA of
+   the calibration outputs Z·x (TransMLA's released code); ``transmla-care``: CARE's
+   covariance-weighted SVD of √C_λ·Zᵀ. Within a layer the joint factorisation is the optimal
+   split of the latent between K and V, so there is nothing left for water-filling to allocate
+   there; across layers DeepSeek-V3 has one `kv_lora_rank`, so every layer gets the same r_lat
+   (see `latent_rank`).
 3. Layout. Query head h (KV group a): q_nope = q_h (d dims), q_rope = R[rope, a]·q_h, and the
    key for head h is R[nope, a]ᵀ·k_nope: an exact re-association of the dot product. The
    scale √((d + d_rope)/d) is folded into q_proj because DeepSeek-V3 divides by √(d + d_rope).
@@ -43,14 +45,14 @@ from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedMode
 from kvspec.care.factorize import factorize
 
 log = logging.getLogger(__name__)
-RESTORE_METHODS = {"transmla": "svd", "transmla-care": "care"}
+RESTORE_METHODS = {"transmla": "svd", "transmla-pca": "pca", "transmla-care": "care"}
 
 
 @dataclass(frozen=True)
 class RestoreSpec:
     """Settings of one restoration (the `care.heal.restore` config block plus the method)."""
 
-    method: str  # transmla | transmla-care
+    method: str  # transmla | transmla-pca | transmla-care
     kv_lora_rank: int
     freqfold: int = 1
     care_alpha: float = 0.05
@@ -149,15 +151,7 @@ def restore_layer(
     ratio = math.sqrt(_mean_square(k_nope, c) / max(_mean_square(wv, c), 1e-30))
     ratio = ratio if ratio > 0 else 1.0
     z = torch.cat([k_nope / ratio, wv])  # (n_nope + g·d, D)
-    f = factorize(
-        z,
-        spec.kv_lora_rank,
-        RESTORE_METHODS[spec.method],
-        cov=c,
-        alpha=spec.care_alpha,
-        lam_frac=spec.care_lambda,
-    )
-    a, b = f.a.double(), f.b.double()  # (D, r), (r, n_nope + g·d)
+    a, b = _latent_factors(z, c, spec)  # (D, r), (r, n_nope + g·d)
     b_k, b_v = b[:, : k_nope.shape[0]].T * ratio, b[:, k_nope.shape[0] :].T  # (n_nope, r), (g·d, r)
     group = n_heads // g
     scale = math.sqrt((d + d_rope) / d)
@@ -174,6 +168,32 @@ def restore_layer(
         kv_a_layernorm=torch.full((spec.kv_lora_rank,), latent_rms, dtype=dtype),
         kv_b_proj=torch.cat(kv_rows).to(dtype),
     )
+
+
+def _latent_factors(z: Tensor, cov: Tensor, spec: RestoreSpec) -> tuple[Tensor, Tensor]:
+    """(A (D, r), B (r, out)) with x·Zᵀ ≈ (x·A)·B at r = kv_lora_rank, by the method's rule."""
+    if RESTORE_METHODS[spec.method] == "pca":
+        return output_pca(z, cov, spec.kv_lora_rank)
+    f = factorize(
+        z,
+        spec.kv_lora_rank,
+        RESTORE_METHODS[spec.method],
+        cov=cov,
+        alpha=spec.care_alpha,
+        lam_frac=spec.care_lambda,
+    )
+    return f.a.double(), f.b.double()
+
+
+def output_pca(z: Tensor, cov: Tensor, rank: int) -> tuple[Tensor, Tensor]:
+    """TransMLA's `pca_calc`: project the outputs y = Z·x onto the top-`rank` eigenvectors U of
+    their second moment E[y yᵀ] = Z C Zᵀ, so A = Zᵀ·U and B = Uᵀ (the rank-r map minimising
+    E‖y − ŷ‖² over the calibration inputs; CARE's √C-weighted SVD is the same optimum up to
+    its shrinkage of C)."""
+    second = z @ cov @ z.T  # (out, out)
+    evals, evecs = torch.linalg.eigh((second + second.T) / 2)  # ascending
+    u = evecs[:, torch.argsort(evals, descending=True)[:rank]]  # (out, r)
+    return z.T @ u, u.T
 
 
 def _mean_square(w: Tensor, cov: Tensor) -> float:

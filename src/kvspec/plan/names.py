@@ -12,7 +12,7 @@ from typing import ClassVar
 
 FACTORIZATIONS = ("svd", "asvd", "care")
 ALLOCATIONS = ("uniform", "waterfill")
-HEAL_METHODS = ("svd", "transmla", "transmla-care")
+HEAL_METHODS = ("svd", "transmla", "transmla-pca", "transmla-care")
 
 
 def _match(pattern: str, text: str, what: str) -> re.Match[str]:
@@ -125,7 +125,7 @@ class Healed:
     @classmethod
     def parse(cls, text: str) -> Healed:
         method, budget = _match(
-            r"heal-(svd|transmla|transmla-care)/tokens-(\d+)", text, "healed model"
+            rf"heal-({'|'.join(HEAL_METHODS)})/tokens-(\d+)", text, "healed model"
         ).groups()
         return cls(method, int(budget))
 

@@ -12,7 +12,12 @@ from kvspec.report.care import _eval_notes, metric_row
 from kvspec.report.figures import plt, save_figure
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
 
-HEAL_LABELS = {"svd": "SVD", "transmla": "TransMLA", "transmla-care": "CARE(E) Init"}
+HEAL_LABELS = {
+    "svd": "SVD",
+    "transmla": "TransMLA",
+    "transmla-pca": "TransMLA (PCA, released code)",
+    "transmla-care": "CARE(E) Init",
+}
 PAPER_BUDGETS = ["1B", "3B"]
 PAPER_CALIB = {"transmla": "wiki-256-256", "transmla-care": "alpaca-256-256"}
 
@@ -96,9 +101,12 @@ def table_3_3(item: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> 
         "decoupled RoPE key). kv_per_token (ours) is summed over layers.",
         "Budgets: ours are the token counts in 'tokens (ours)' (same 1:3 ratio as the "
         "thesis's 1B and 3B); rows are matched on budget order.",
-        "TransMLA and CARE(E) Init share our restoration (RoRoPE + one joint K_nope/V "
-        "latent); they differ only in the latent's factorisation (weight-space SVD with "
-        "WikiText-2 RoRoPE statistics vs CARE's covariance-weighted SVD with Alpaca). "
+        "TransMLA, TransMLA (PCA) and CARE(E) Init share our restoration (RoRoPE + one joint "
+        "K_nope/V latent); they differ only in the latent's factorisation: weight-space SVD "
+        "(the thesis's description of TransMLA), PCA of the calibration K/V outputs "
+        "(TransMLA's released pca_calc; the activation-optimal rank-r map, which CARE's "
+        "weighted SVD equals up to its shrinkage of C), both with WikiText-2 statistics, vs "
+        "CARE's covariance-weighted SVD with Alpaca. "
         "DeepSeek-V3 attention has one kv_lora_rank for every layer, so CARE's water-filling "
         "across layers has no room here; within a layer the joint SVD already splits the "
         "latent between K and V optimally.",
