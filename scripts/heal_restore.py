@@ -13,5 +13,6 @@ with log_to(snakemake.log[0]):
         rank=p.rank,
         freqfold=p.freqfold,
         factorize_opts=p.opts,
+        cache=p.cache,
         threads=snakemake.threads,
     )

@@ -155,6 +155,17 @@ def test_cache_per_token_matches_the_rank_budget() -> None:
         assert kv_cache_per_token(restored.config)["per_layer"] == 2 * rank
 
 
+def test_official_cache_convention_is_kv_lora_rank_r_plus_the_rope_key() -> None:
+    llama = _llama(kv_heads=2)
+    for rank, freqfold in ((16, 4), (8, 2)):
+        lat = latent_rank(llama.config, rank, freqfold, cache="official")
+        assert lat == rank
+        restored = restore_model(llama, _covs(2), RestoreSpec("transmla", lat, freqfold))
+        assert kv_cache_per_token(restored.config)["per_layer"] == rank + HEAD // freqfold
+    with pytest.raises(ValueError, match="cache convention"):
+        latent_rank(llama.config, 16, 2, cache="half")
+
+
 def test_latent_norm_starts_as_identity_on_an_average_token() -> None:
     """kv_a_layernorm's weight is the latent's calibration RMS."""
     llama, covs = _llama(kv_heads=2), _covs(2)

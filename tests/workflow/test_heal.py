@@ -63,6 +63,8 @@ def test_table_3_3_has_ours_beside_the_paper(ci_run: Path) -> None:
     assert healed.loc[in_paper, "arc (paper)"].notna().all()
     assert healed.loc[~in_paper, "arc (paper)"].isna().all()
     assert healed["tokens (ours)"].tolist() == BUDGETS * 4
+    notes = (ci_run / "results/report/thesis_table_3_3.md").read_text()
+    assert "Cache convention 'matched': every student caches 2r = 32 numbers" in notes
     assert (healed["kv_save_pct (ours)"] == 50.0).all()
 
 

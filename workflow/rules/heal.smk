@@ -27,6 +27,7 @@ if PLAN.heal:
         params:
             rank=PLAN.heal.rank(),
             freqfold=config["care"]["heal"]["freqfold"],
+            cache=config["care"]["heal"]["cache"],
             opts=config["care"]["factorize"],
         script:
             script_path("heal_restore.py")

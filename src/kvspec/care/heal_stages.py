@@ -33,15 +33,17 @@ def restore_stage(
     rank: int,
     freqfold: int,
     factorize_opts: dict[str, Any],
+    cache: str = "matched",
     threads: int | None = None,
 ) -> None:
-    """Restore the Llama model in `model_dir` to DeepSeek-V3 attention with the KV cache of a
-    rank-`rank` CARE model (2·rank numbers per token and layer) and save it."""
+    """Restore the Llama model in `model_dir` to DeepSeek-V3 attention at MLA rank `rank` and
+    save it: the cache of a rank-r CARE model (2·r per token and layer, ``matched``) or
+    kv_lora_rank r + the RoPE key (``official``)."""
     use_threads(threads)
     model, tok = load_model(model_dir)
     spec = RestoreSpec(
         method=method,
-        kv_lora_rank=latent_rank(model.config, rank, freqfold),
+        kv_lora_rank=latent_rank(model.config, rank, freqfold, cache),
         freqfold=freqfold,
         care_alpha=factorize_opts["care_alpha"],
         care_lambda=factorize_opts["care_lambda"],
@@ -59,7 +61,7 @@ def restore_stage(
         cache["per_layer"],
     )
     record = provenance(
-        {"method": method, "rank": rank, "freqfold": freqfold, **factorize_opts},
+        {"method": method, "rank": rank, "freqfold": freqfold, "cache": cache, **factorize_opts},
         source=model_dir,
         stats=stats_path,
         kv_cache=cache,

@@ -89,10 +89,17 @@ def rope_dim(head_dim: int, freqfold: int) -> int:
     return head_dim // freqfold
 
 
-def latent_rank(config: Any, rank: int, freqfold: int) -> int:
-    """kv_lora_rank whose cache (latent + RoPE key) equals 2·rank, a rank-r CARE model's."""
+CACHE_CONVENTIONS = ("matched", "official")
+
+
+def latent_rank(config: Any, rank: int, freqfold: int, cache: str = "matched") -> int:
+    """kv_lora_rank for MLA rank r. ``matched``: the cache (latent + RoPE key) equals 2·r, a
+    rank-r CARE model's; ``official``: kv_lora_rank = r plus the RoPE key, as the released
+    TransMLA/CARE scripts pass ``--kv-lora-rank r`` (r + d_rope numbers per token and layer)."""
+    if cache not in CACHE_CONVENTIONS:
+        raise ValueError(f"cache convention must be one of {CACHE_CONVENTIONS}, got {cache!r}")
     _, g, d = _shape(config)
-    lat = 2 * rank - rope_dim(d, freqfold)
+    lat = 2 * rank - rope_dim(d, freqfold) if cache == "matched" else rank
     if not 1 <= lat <= 2 * g * d - rope_dim(d, freqfold):
         raise ValueError(f"rank {rank} leaves no room for a latent beside the RoPE key")
     return lat

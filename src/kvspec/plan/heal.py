@@ -103,6 +103,7 @@ class HealPlan:
             "curves": curves,
             "model": self.model,
             "rank": self.rank(),
+            "cache": self.heal["cache"],
         }
 
     def report_items(self) -> list[ReportItem]:
