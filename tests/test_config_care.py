@@ -76,3 +76,13 @@ def test_heal_budgets_that_share_an_optimizer_step_are_refused(ci, schema) -> No
         validate(cfg, schema)
     cfg["care"]["heal"]["train"]["budgets"] = [4 * step, 5 * step]
     validate(cfg, schema)
+
+
+def test_decode_speed_must_time_table_3_1_models(ci, schema) -> None:
+    cfg = copy.deepcopy(ci)
+    cfg["care"]["decode_speed"]["method"] = "care-uniform"
+    _fails(schema, cfg, "care.decode_speed.method")
+    cfg = copy.deepcopy(ci)
+    cfg["care"]["decode_speed"]["ranks"] = {"ranks": [5]}  # care.ranks resolve to 4 and 32
+    with pytest.raises(ConfigError, match=r"care\.decode_speed\.ranks.*\[5\]"):
+        validate(cfg, schema)

@@ -288,6 +288,27 @@ def check_care(config: Mapping[str, Any]) -> None:
     _check_care_models(config, care)
     _check_eval_tasks(config, care)
     _check_heal_budgets(care)
+    _check_decode_speed(config, care)
+
+
+def _check_decode_speed(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    """The timed conversions must be Table 3.1 models (a method and ranks of care.methods and
+    care.ranks), so the benchmark never converts a model nothing else needs."""
+    spec = care.get("decode_speed")
+    if not spec:
+        return
+    if spec["method"] not in care["methods"]:
+        raise ConfigError(
+            f"config key 'care.decode_speed.method': {spec['method']!r} is not in care.methods"
+        )
+    width = kv_width(config, care["model"])
+    ranks = resolve_ranks(spec["ranks"], width, "care.decode_speed.ranks")
+    table = resolve_ranks(care["ranks"], width, "care.ranks")
+    if not set(ranks) <= set(table):
+        raise ConfigError(
+            f"config key 'care.decode_speed.ranks': ranks {sorted(set(ranks) - set(table))} "
+            f"are not among care.ranks {table}"
+        )
 
 
 def _check_heal_budgets(care: Mapping[str, Any]) -> None:

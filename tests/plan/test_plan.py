@@ -35,8 +35,9 @@ EXPECTED_JOBS = {
 }  # fmt: skip
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
 # every scale: + the models table (report_models); + the draft latency rule (issue 12);
-# ci and paper: + the transmla-pca restoration (1 restore, 1 heal, 2 healed evaluations)
-TOTALS = {"ci": 164, "config": 271, "paper": 1136}
+# ci and paper: + the transmla-pca restoration (1 restore, 1 heal, 2 healed evaluations);
+# every scale: + the decode-speed rule and its report table (issue 13)
+TOTALS = {"ci": 166, "config": 273, "paper": 1138}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -187,3 +188,23 @@ def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
         "results/models/draft",
         "results/models/draft_alt",
     }
+
+
+def test_decode_speed_times_planned_models_only(plans, configs, schema) -> None:
+    """The original first, the Table 3.1 conversion at each decode-speed rank, the first
+    restored initialisation; every one is produced by some planned job."""
+    plan = plans["config"]
+    models = plan.care.decode_speed_models()
+    assert list(models) == [
+        "GQA (original)",
+        "MLA care-waterfill r=96",
+        "transmla restored (DeepSeek-V3, Table 3.3 rank)",
+    ]
+    assert models["GQA (original)"] == "results/models/target"
+    assert set(models.values()) <= plan.outputs()
+    assert "results/convert/target/decode_speed.json" in plan.jobs()["convert_decode_speed"]
+    cfg = copy.deepcopy(configs["config"])
+    cfg["care"]["decode_speed"] = None
+    off = Plan(validate(cfg, schema))
+    assert "convert_decode_speed" not in off.jobs()
+    assert all(i.rule != "report_care_decode_speed" for i in off.report_items())

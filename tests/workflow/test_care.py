@@ -147,3 +147,21 @@ def test_bad_care_rank_names_the_key(tmp_path: Path) -> None:
     proc = snakemake(tmp_path, "-n", "--configfile", str(bad), check=False)
     assert proc.returncode != 0
     assert "care.table_3_5.ranks" in proc.stdout + proc.stderr
+
+
+def test_decode_speed_table(ci_run: Path) -> None:
+    """GQA vs the CARE-E conversion (r = 4 of 32) vs the restored layout, at each context."""
+    table = pd.read_csv(ci_run / "results/report/care_decode_speed.csv")
+    assert sorted(set(table["context"])) == [16, 48]
+    assert list(table["model"].unique()) == [
+        "GQA (original)",
+        "MLA care-waterfill r=4",
+        "transmla restored (DeepSeek-V3, Table 3.3 rank)",
+    ]
+    rows = table.set_index(["model", "context"])
+    for context in (16, 48):
+        assert rows.loc[("GQA (original)", context), "vs_gqa"] == 1.0
+        mla = rows.loc[("MLA care-waterfill r=4", context)]
+        assert mla["cache_vs_gqa"] == pytest.approx(4 / 32)  # 2·4 of 2·32 numbers per layer
+        assert mla["tok_s"] > 0
+    assert (ci_run / "benchmarks/convert/target/decode_speed.tsv").is_file()

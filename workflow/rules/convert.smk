@@ -88,3 +88,32 @@ if PLAN.care:
             runtime=60,
         script:
             script_path("convert_mla.py")
+
+    if config["care"]["decode_speed"]:
+
+        rule convert_decode_speed:
+            input:
+                lambda wildcards: list(PLAN.care.decode_speed_models().values()),
+            output:
+                "results/convert/{model}/decode_speed.json",
+            log:
+                "logs/convert/{model}/decode_speed.log",
+            benchmark:
+                "benchmarks/convert/{model}/decode_speed.tsv"
+            wildcard_constraints:
+                model=one_of([PLAN.care.main]),
+            conda:
+                env_path("evaluation")
+            threads: 2
+            resources:
+                mem_mb=16000,
+                runtime=60,
+                gpu=config["resources"]["gpus"],
+            params:
+                models=PLAN.care.decode_speed_models(),
+                settings=config["care"]["decode_speed"],
+                device=config["resources"]["device"],
+                dtype=config["resources"]["dtype"],
+                seed=config["seed"],
+            script:
+                script_path("convert_decode_speed.py")

@@ -202,6 +202,36 @@ class CarePlan:
         return {"groups": fig["groups"], "last_layers": fig["last_layers"]}
 
     # ---- report ---------------------------------------------------------------------------
+    # ---- decode speed: GQA vs MLA at long contexts --------------------------------------------
+    def decode_speed_models(self, wildcards: Any = None) -> dict[str, str]:
+        """{label: model directory} the decode-speed rule measures: the original first, then the
+        `care.decode_speed.method` conversion (a Table 3.1 model) at each of its ranks, then the
+        first restored healing initialisation (DeepSeek-V3 layout) when `restored` is set."""
+        spec, main = self.care["decode_speed"], self.main
+        models = {"GQA (original)": paths.MODEL.format(model=main)}
+        fact, alloc = spec["method"].split("-")
+        for r in self.ranks(main, "decode_speed"):
+            v = self._converted(fact, self.calib(), alloc, r)
+            path = paths.CONVERTED.format(model=main, factors=v.factors, plan=v.plan)
+            models[f"MLA {spec['method']} r={r}"] = path
+        heal = self.care.get("heal") or {}
+        restored = [m for m in heal.get("methods", []) if m != "svd"]
+        if spec["restored"] and heal.get("model") == main and restored:
+            path = paths.HEAL_INIT.format(model=main, method=restored[0])
+            models[f"{restored[0]} restored (DeepSeek-V3, Table 3.3 rank)"] = path
+        return models
+
+    def decode_speed_item(self) -> ReportItem:
+        return ReportItem(
+            rule="report_care_decode_speed",
+            renderer="decode_speed:render",
+            log="logs/report/care_decode_speed.log",
+            category=CARE_CATEGORY,
+            inputs={"speed": [paths.DECODE_SPEED.format(model=self.main)]},
+            outputs=table_outputs("care_decode_speed", label="MLA vs GQA decode speed"),
+            params={"model": self.main},
+        )
+
     def paper(self, item: str) -> list[str]:
         """The thesis's numbers for an item, when transcribed (none for Figures 3.3 and 3.4)."""
         path = self.repo / paths.PAPER.format(name=f"thesis_{item}")
@@ -209,7 +239,8 @@ class CarePlan:
 
     def report_items(self) -> list[ReportItem]:
         items = ["table_3_1", "table_3_2", "table_3_4", "table_3_5", *FIGURES]
-        return [self._item(i) for i in items if i != "table_3_2" or self.alt]
+        speed = [self.decode_speed_item()] if self.care["decode_speed"] else []
+        return [self._item(i) for i in items if i != "table_3_2" or self.alt] + speed
 
     def _item(self, name: str) -> ReportItem:
         params = self._item_params(name)

@@ -107,6 +107,8 @@ def _care_jobs(plan: Plan, jobs: Jobs) -> None:
             _converted_jobs(model, variant, jobs)
     for model, variant in plan.care.rank_plans() if plan.care else ():
         _plan_jobs(model, variant, jobs)
+    if plan.care and plan.care.care["decode_speed"]:
+        _add(jobs, "convert_decode_speed", paths.DECODE_SPEED.format(model=plan.care.main))
 
 
 def _heal_jobs(plan: Plan, jobs: Jobs) -> None:

@@ -17,6 +17,7 @@ COVARIANCE = "results/covariance/{model}/{calib}.safetensors"
 FACTORS = "results/convert/{model}/factors/{factors}.safetensors"
 RANK_PLAN = "results/convert/{model}/ranks/{factors}/{plan}.json"
 CONVERTED = "results/convert/{model}/models/{factors}/{plan}"
+DECODE_SPEED = "results/convert/{model}/decode_speed.json"
 EVALUATION = "results/evaluate/{model}/{variant}.json"
 
 HEAL_INIT = "results/heal/{model}/init/{method}"
