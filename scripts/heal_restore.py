@@ -14,5 +14,6 @@ with log_to(snakemake.log[0]):
         freqfold=p.freqfold,
         factorize_opts=p.opts,
         cache=p.cache,
+        rope_width=p.rope_width,
         threads=snakemake.threads,
     )

@@ -57,6 +57,22 @@ def test_restore_stage_saves_a_deepseek_v3_model_at_the_budget(setup, tmp_path) 
     assert record["kv_cache"]["per_layer"] == 32
 
 
+def test_restore_stage_half_width_rope_key_and_official_cache(setup, tmp_path) -> None:
+    """TransMLA's Llama default (RoPE key of half the head with freqfold 4) and the released
+    scripts' cache convention (kv_lora_rank = r, plus the RoPE key)."""
+    out = tmp_path / "restored"
+    teacher = AutoModelForCausalLM.from_pretrained(setup["teacher"])
+    head = teacher.config.hidden_size // teacher.config.num_attention_heads
+    restore_stage(str(setup["teacher"]), str(setup["stats"]), str(out), method="transmla",
+                  rank=16, freqfold=4, factorize_opts=OPTS, cache="official",
+                  rope_width=head // 2)  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.qk_rope_head_dim == head // 2
+    assert model.config.kv_lora_rank == 16
+    record = json.loads((out / "kvspec_provenance.json").read_text())
+    assert record["kv_cache"]["per_layer"] == 16 + head // 2
+
+
 def _outputs(root: Path) -> dict:
     return {
         "models": [str(root / "tokens-64"), str(root / "tokens-192")],

@@ -20,6 +20,7 @@ from kvspec.care.restore import (
     latent_rank,
     output_pca,
     restore_model,
+    rope_per_group,
     rorope_rotation,
 )
 
@@ -199,6 +200,11 @@ def test_refuses_what_deepseek_v3_cannot_hold() -> None:
         restore_model(llama, _covs(1), RestoreSpec("transmla", 8))
     with pytest.raises(ValueError, match="freqfold"):
         latent_rank(llama.config, 16, 3)
+    with pytest.raises(ValueError, match="must divide freqfold"):
+        RestoreSpec("transmla", 8, freqfold=4, rope_per_group=3)
+    assert rope_per_group(HEAD, 4, HEAD // 2) == 2
+    with pytest.raises(ValueError, match="RoPE key of 6 dims"):
+        rope_per_group(HEAD, 4, 6)
     with pytest.raises(ValueError, match="restore method"):
         RestoreSpec("svd", 8)
 
@@ -216,15 +222,35 @@ def _keys_only_on(llama, keep) -> LlamaForCausalLM:
     return llama
 
 
-@pytest.mark.parametrize("freqfold", [2, 4])
-def test_freqfold_restoration_is_exact_when_keys_live_on_each_groups_first_frequency(
-    freqfold: int,
+def _orthogonal_keys(llama) -> LlamaForCausalLM:
+    """Key rows orthogonal with distinct norms (distinct principal components under C = I)."""
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for layer in llama.model.layers:
+            wk = layer.self_attn.k_proj.weight  # (g·d, D)
+            q, _ = torch.linalg.qr(torch.randn(HIDDEN, wk.shape[0], generator=gen))
+            wk.copy_(q.T * torch.linspace(1.0, 2.0, wk.shape[0])[:, None])
+    return llama
+
+
+@pytest.mark.parametrize(
+    ("freqfold", "per_group"), [(1, 1), (2, 1), (4, 1), (4, 2), (8, 2), (2, 2)]
+)
+def test_freqfold_restoration_is_exact_when_keys_live_on_the_kept_frequencies(
+    freqfold: int, per_group: int
 ) -> None:
-    """Keys only on frequencies j·freqfold: each group's second moment has rank 1, its leading
-    component is that frequency, and the decoupled RoPE key must turn at exactly it. A grouping
-    or frequency table that is off by one frequency breaks the equality."""
-    llama = _keys_only_on(_llama(kv_heads=1), lambda head, freq: freq % freqfold == 0)
-    restored = restore_model(llama, _covs(2), RestoreSpec("transmla", HEAD, freqfold))
+    """Keys only on frequencies j·freqfold + c·freqfold/per_group (c < per_group): each group's
+    second moment has rank per_group, its kept components are those frequencies, and the
+    decoupled RoPE key must turn each at exactly its own. A grouping, slot order or frequency
+    table that is off by one frequency breaks the equality. (4, 2) is TransMLA's Llama default:
+    a RoPE key of half the head width with freqfold 4."""
+    step = freqfold // per_group
+    llama = _keys_only_on(_orthogonal_keys(_llama(kv_heads=1)), lambda h, f: f % step == 0)
+    spec = RestoreSpec("transmla", HEAD, freqfold, rope_per_group=per_group)
+    # white inputs and orthogonal key rows: kept frequencies are uncorrelated, so the group's
+    # principal components are the frequencies themselves (else PCA mixes them: approximate)
+    restored = restore_model(llama, [torch.eye(HIDDEN, dtype=torch.float64)] * 2, spec)
+    assert restored.config.qk_rope_head_dim == per_group * HEAD // freqfold
     ids = torch.randint(0, 64, (2, 24))
     diff = (_logits(_without_latent_norm(restored), ids) - _logits(llama, ids)).abs().max()
     assert diff < 1e-4

@@ -28,6 +28,7 @@ if PLAN.heal:
             rank=PLAN.heal.rank(),
             freqfold=config["care"]["heal"]["freqfold"],
             cache=config["care"]["heal"]["cache"],
+            rope_width=config["care"]["heal"]["rope_dim"],
             opts=config["care"]["factorize"],
         script:
             script_path("heal_restore.py")

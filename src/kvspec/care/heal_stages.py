@@ -16,7 +16,13 @@ from kvspec.care.calibration import token_stream
 from kvspec.care.covariance import load_stats
 from kvspec.care.heal import HealSpec, heal
 from kvspec.care.pipeline import kv_cache_widths
-from kvspec.care.restore import RestoreSpec, kv_cache_per_token, latent_rank, restore_model
+from kvspec.care.restore import (
+    RestoreSpec,
+    kv_cache_per_token,
+    latent_rank,
+    restore_model,
+    rope_per_group,
+)
 from kvspec.io import atomic_path, write_json, write_text
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import config_hash, provenance
@@ -34,6 +40,7 @@ def restore_stage(
     freqfold: int,
     factorize_opts: dict[str, Any],
     cache: str = "matched",
+    rope_width: int | None = None,
     threads: int | None = None,
 ) -> None:
     """Restore the Llama model in `model_dir` to DeepSeek-V3 attention at MLA rank `rank` and
@@ -41,10 +48,15 @@ def restore_stage(
     kv_lora_rank r + the RoPE key (``official``)."""
     use_threads(threads)
     model, tok = load_model(model_dir)
+    head_dim = getattr(model.config, "head_dim", None) or (
+        model.config.hidden_size // model.config.num_attention_heads
+    )
+    per_group = rope_per_group(head_dim, freqfold, rope_width)
     spec = RestoreSpec(
         method=method,
-        kv_lora_rank=latent_rank(model.config, rank, freqfold, cache),
+        kv_lora_rank=latent_rank(model.config, rank, freqfold, cache, per_group),
         freqfold=freqfold,
+        rope_per_group=per_group,
         care_alpha=factorize_opts["care_alpha"],
         care_lambda=factorize_opts["care_lambda"],
     )
@@ -61,7 +73,14 @@ def restore_stage(
         cache["per_layer"],
     )
     record = provenance(
-        {"method": method, "rank": rank, "freqfold": freqfold, "cache": cache, **factorize_opts},
+        {
+            "method": method,
+            "rank": rank,
+            "freqfold": freqfold,
+            "cache": cache,
+            "rope_per_group": per_group,
+            **factorize_opts,
+        },  # fmt: skip
         source=model_dir,
         stats=stats_path,
         kv_cache=cache,

@@ -9,7 +9,10 @@ Per layer, with g KV heads of width d and the K/V input covariance C (from calib
    the real and imaginary parts commutes with RoPE (exactly when freqfold = 1), and the queries
    are rotated with it, so every q·k is unchanged. The first rotated component of each group
    keeps RoPE at the group's first frequency: that is the decoupled RoPE key (d/freqfold dims),
-   shared by all heads. The other components lose RoPE (the approximation healing repairs).
+   shared by all heads; with `rope_per_group` m > 1 the m leading components keep RoPE at the
+   frequencies j·freqfold + c·freqfold/m (m·d/freqfold dims, e.g. half the head with freqfold 4
+   and m = 2, TransMLA's Llama default). The other components lose RoPE (the approximation
+   healing repairs).
 2. Joint latent. The position-free key components and all of V are one linear map Z of x
    (K part balanced to V's RMS first, as TransMLA's BKV). Z is factored at rank r_lat:
    ``transmla``: weight-space SVD of Z (the thesis's description); ``transmla-pca``: PCA of
@@ -57,12 +60,17 @@ class RestoreSpec:
     freqfold: int = 1
     care_alpha: float = 0.05
     care_lambda: float = 0.01
+    rope_per_group: int = 1  # RoPE components kept per group of `freqfold` frequencies
 
     def __post_init__(self) -> None:
         if self.method not in RESTORE_METHODS:
             raise ValueError(f"restore method must be one of {sorted(RESTORE_METHODS)}")
         if self.kv_lora_rank < 1 or self.freqfold < 1:
             raise ValueError("kv_lora_rank and freqfold must be >= 1")
+        if self.rope_per_group < 1 or self.freqfold % self.rope_per_group:
+            raise ValueError(
+                f"rope_per_group {self.rope_per_group} must divide freqfold {self.freqfold}"
+            )
 
 
 def _shape(config: Any) -> tuple[int, int, int]:
@@ -82,25 +90,42 @@ def _shape(config: Any) -> tuple[int, int, int]:
     return config.num_attention_heads, config.num_key_value_heads, d
 
 
-def rope_dim(head_dim: int, freqfold: int) -> int:
-    """Width of the decoupled RoPE key: one complex component per group of frequencies."""
+def rope_dim(head_dim: int, freqfold: int, per_group: int = 1) -> int:
+    """Width of the decoupled RoPE key: `per_group` complex components per group of `freqfold`
+    frequencies (TransMLA's Llama default, half the head: freqfold 4 with 2 per group)."""
     if head_dim % (2 * freqfold):
         raise ValueError(f"freqfold {freqfold} must divide head_dim/2 = {head_dim // 2}")
-    return head_dim // freqfold
+    return per_group * head_dim // freqfold
+
+
+def rope_per_group(head_dim: int, freqfold: int, width: int | None) -> int:
+    """Components per frequency group giving a RoPE key of `width` dims (None: one)."""
+    if width is None:
+        return 1
+    per_group, rest = divmod(width * freqfold, head_dim)
+    if rest or per_group < 1 or freqfold % per_group:
+        raise ValueError(
+            f"a RoPE key of {width} dims needs head_dim/freqfold = {head_dim // freqfold} dims "
+            f"times a divisor of freqfold {freqfold}"
+        )
+    return per_group
 
 
 CACHE_CONVENTIONS = ("matched", "official")
 
 
-def latent_rank(config: Any, rank: int, freqfold: int, cache: str = "matched") -> int:
+def latent_rank(
+    config: Any, rank: int, freqfold: int, cache: str = "matched", per_group: int = 1
+) -> int:
     """kv_lora_rank for MLA rank r. ``matched``: the cache (latent + RoPE key) equals 2·r, a
     rank-r CARE model's; ``official``: kv_lora_rank = r plus the RoPE key, as the released
     TransMLA/CARE scripts pass ``--kv-lora-rank r`` (r + d_rope numbers per token and layer)."""
     if cache not in CACHE_CONVENTIONS:
         raise ValueError(f"cache convention must be one of {CACHE_CONVENTIONS}, got {cache!r}")
     _, g, d = _shape(config)
-    lat = 2 * rank - rope_dim(d, freqfold) if cache == "matched" else rank
-    if not 1 <= lat <= 2 * g * d - rope_dim(d, freqfold):
+    rope = rope_dim(d, freqfold, per_group)
+    lat = 2 * rank - rope if cache == "matched" else rank
+    if not 1 <= lat <= 2 * g * d - rope:
         raise ValueError(f"rank {rank} leaves no room for a latent beside the RoPE key")
     return lat
 
@@ -113,10 +138,14 @@ def _group_indices(g: int, d: int, freqfold: int, j: int) -> tuple[Tensor, Tenso
     return real, real + half
 
 
-def rorope_rotation(key_cov: Tensor, g: int, d: int, freqfold: int) -> tuple[Tensor, int]:
+def rorope_rotation(
+    key_cov: Tensor, g: int, d: int, freqfold: int, per_group: int = 1
+) -> tuple[Tensor, int]:
     """Orthogonal R (g·d, g·d), rows = rotated components: the d_rope RoPE rows first (real
-    parts of every group's leading component, then their imaginary parts), then the rest.
-    Returns (R, d_rope)."""
+    parts of every group's `per_group` leading components, then their imaginary parts), then
+    the rest. DeepSeek-V3's RoPE turns slot per_group·j + c at the source frequency
+    j·freqfold + c·freqfold/per_group, so a group's kept components are given to its slots in
+    the order of their energy-weighted frequency. Returns (R, d_rope)."""
     groups = d // 2 // freqfold
     rope_re, rope_im, rest = [], [], []
     for j in range(groups):
@@ -124,13 +153,22 @@ def rorope_rotation(key_cov: Tensor, g: int, d: int, freqfold: int) -> tuple[Ten
         h = key_cov[re][:, re] + key_cov[im][:, im]  # (g·f, g·f) second moment of the group
         evals, evecs = torch.linalg.eigh((h + h.T) / 2)
         u = evecs[:, torch.argsort(evals, descending=True)]  # columns: strongest first
-        rope_re.append((re, u[:, 0]))
-        rope_im.append((im, u[:, 0]))
-        rest += [(idx, u[:, c]) for c in range(1, u.shape[1]) for idx in (re, im)]
+        kept = _by_frequency(u[:, :per_group], freqfold)
+        rope_re += [(re, kept[:, c]) for c in range(per_group)]
+        rope_im += [(im, kept[:, c]) for c in range(per_group)]
+        rest += [(idx, u[:, c]) for c in range(per_group, u.shape[1]) for idx in (re, im)]
     rows = torch.zeros(g * d, g * d, dtype=torch.float64)
     for n, (idx, vec) in enumerate(rope_re + rope_im + rest):
         rows[n, idx] = vec
-    return rows, 2 * groups
+    return rows, 2 * groups * per_group
+
+
+def _by_frequency(components: Tensor, freqfold: int) -> Tensor:
+    """Columns sorted by energy-weighted frequency within their group (rows: head-major, then
+    the group's `freqfold` frequencies, as `_group_indices` orders them)."""
+    local = torch.arange(components.shape[0]) % freqfold  # frequency offset of each row
+    centre = (components.pow(2) * local[:, None]).sum(0) / components.pow(2).sum(0)
+    return components[:, torch.argsort(centre, stable=True)]
 
 
 @dataclass(frozen=True)
@@ -152,11 +190,10 @@ def restore_layer(
     wk = attn.k_proj.weight.detach().double()  # (g·d, D)
     wv = attn.v_proj.weight.detach().double()  # (g·d, D)
     c = cov.double()
-    rot, d_rope = rorope_rotation(wk @ c @ wk.T, g, d, spec.freqfold)
+    rot, d_rope = rorope_rotation(wk @ c @ wk.T, g, d, spec.freqfold, spec.rope_per_group)
     k_rot = rot @ wk  # (g·d, D) rotated components
     k_rope, k_nope = k_rot[:d_rope], k_rot[d_rope:]
-    ratio = math.sqrt(_mean_square(k_nope, c) / max(_mean_square(wv, c), 1e-30))
-    ratio = ratio if ratio > 0 else 1.0
+    ratio = _balance(_mean_square(k_nope, c), _mean_square(wv, c), _mean_square(k_rot, c))
     z = torch.cat([k_nope / ratio, wv])  # (n_nope + g·d, D)
     a, b = _latent_factors(z, c, spec)  # (D, r), (r, n_nope + g·d)
     b_k, b_v = b[:, : k_nope.shape[0]].T * ratio, b[:, k_nope.shape[0] :].T  # (n_nope, r), (g·d, r)
@@ -203,6 +240,14 @@ def output_pca(z: Tensor, cov: Tensor, rank: int) -> tuple[Tensor, Tensor]:
     return z.T @ u, u.T
 
 
+def _balance(nope: float, value: float, key: float) -> float:
+    """BKV: the factor dividing K_nope so its RMS matches V's; 1 when the position-free key is
+    round-off (all of the key is carried by the RoPE components), which would blow it up."""
+    if nope <= 1e-20 * key or value <= 0.0:
+        return 1.0
+    return math.sqrt(nope / value)
+
+
 def _mean_square(w: Tensor, cov: Tensor) -> float:
     """E over tokens and output dims of (x·wᵀ)²: tr(w C wᵀ) / rows."""
     return float(torch.trace(w @ cov @ w.T)) / max(w.shape[0], 1)
@@ -223,7 +268,7 @@ def deepseek_config(config: Any, spec: RestoreSpec) -> DeepseekV3Config:
         num_key_value_heads=n_heads,  # keys are already per head: no repeat_kv
         q_lora_rank=None,
         kv_lora_rank=spec.kv_lora_rank,
-        qk_rope_head_dim=rope_dim(d, spec.freqfold),
+        qk_rope_head_dim=rope_dim(d, spec.freqfold, spec.rope_per_group),
         qk_nope_head_dim=d,
         v_head_dim=d,
         hidden_act=config.hidden_act,
