@@ -15,5 +15,6 @@ with log_to(snakemake.log[0]):
         factorize_opts=p.opts,
         cache=p.cache,
         rope_width=p.rope_width,
+        schedule=p.schedule,
         threads=snakemake.threads,
     )

@@ -13,11 +13,14 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from kvspec.care.allocate import retained_energy
 from kvspec.care.factorize import factorize
 from kvspec.care.restore import (
     RestoreSpec,
     kv_cache_per_token,
     latent_rank,
+    latent_spectrum,
+    layer_latent,
     output_pca,
     restore_model,
     rope_per_group,
@@ -318,3 +321,48 @@ def test_output_pca_is_the_activation_optimal_rank_r_map() -> None:
         assert error(a, b) < error(svd.a.double(), svd.b.double())
     a, b = output_pca(z, cov, 24)
     assert error(a, b) == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("method", ["transmla", "transmla-pca", "transmla-care"])
+def test_waterfilled_latent_ranks_keep_the_budget_and_pad_with_zeros(method: str) -> None:
+    """Per-layer latent ranks water-filled on each method's own spectrum: same total cache,
+    at least the uniform ranks' retained energy, zero-padded to one kv_lora_rank."""
+    llama = _llama(kv_heads=2)
+    with torch.no_grad():
+        llama.model.layers[1].self_attn.v_proj.weight.mul_(10.0)  # layer 1 needs more rank
+    covs, lat = _covs(2), 20
+    spec = RestoreSpec(method, lat, 2, schedule="waterfill")
+    restored = restore_model(llama, covs, spec)
+    ranks = restored.config.kvspec_latent_ranks
+    assert sum(ranks) == 2 * lat and ranks[1] > ranks[0]
+    assert restored.config.kv_lora_rank == max(ranks)
+    assert kv_cache_per_token(restored.config)["total"] == 2 * lat + 2 * HEAD // 2
+    latents = [
+        layer_latent(layer.self_attn, c, spec, (4, 2, HEAD))
+        for layer, c in zip(llama.model.layers, covs, strict=True)
+    ]
+    spectra = [latent_spectrum(x, c, spec) for x, c in zip(latents, covs, strict=True)]
+    assert retained_energy(spectra, ranks) >= retained_energy(spectra, [lat, lat])
+    a = restored.model.layers[0].self_attn.kv_a_proj_with_mqa.weight
+    assert a[ranks[0] : max(ranks)].abs().max() == 0  # padded latent rows
+
+
+def test_padded_latent_components_get_no_gradient() -> None:
+    """Healing cannot grow the cache: the padded rows of kv_a_proj and columns of kv_b_proj
+    are zero on both sides of the latent RMSNorm, so their gradients are exactly zero."""
+    llama = _llama(kv_heads=2)
+    with torch.no_grad():
+        llama.model.layers[1].self_attn.v_proj.weight.mul_(10.0)
+    restored = restore_model(
+        llama, _covs(2), RestoreSpec("transmla-care", 20, 2, schedule="waterfill")
+    )
+    ranks, width = restored.config.kvspec_latent_ranks, restored.config.kv_lora_rank
+    assert min(ranks) < width  # some layer is padded
+    restored.train()
+    ids = torch.randint(0, 64, (2, 12))
+    restored(ids, labels=ids).loss.backward()
+    for layer, rank in zip(restored.model.layers, ranks, strict=True):
+        attn = layer.self_attn
+        assert attn.kv_a_proj_with_mqa.weight.grad[rank:width].abs().sum() == 0
+        assert attn.kv_b_proj.weight.grad[:, rank:width].abs().sum() == 0
+        assert attn.kv_a_proj_with_mqa.weight.grad[:rank].abs().max() > 0

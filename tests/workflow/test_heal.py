@@ -33,11 +33,15 @@ def test_every_student_has_a_checkpoint_per_budget_at_the_same_cache(ci_run: Pat
 def test_restored_students_load_as_deepseek_v3(ci_run: Path) -> None:
     from transformers import AutoConfig
 
+    from kvspec.care.restore import kv_cache_per_token
+
     for method in METHODS[1:]:
         for path in (f"init/{method}", f"{method}/tokens-768"):
             cfg = AutoConfig.from_pretrained(ci_run / "results/heal/target" / path)
             assert cfg.model_type == "deepseek_v3"
-            assert cfg.kv_lora_rank + cfg.qk_rope_head_dim == 32
+            assert kv_cache_per_token(cfg)["per_layer"] == 32
+            ranks = getattr(cfg, "kvspec_latent_ranks", None)  # config/ci.yaml care.heal.waterfill
+            assert (ranks is not None) == (method == "transmla-care")
 
 
 def test_curves_start_before_healing_and_end_at_the_last_budget(ci_run: Path) -> None:
@@ -65,6 +69,7 @@ def test_table_3_3_has_ours_beside_the_paper(ci_run: Path) -> None:
     assert healed["tokens (ours)"].tolist() == BUDGETS * 4
     notes = (ci_run / "results/report/thesis_table_3_3.md").read_text()
     assert "Cache convention 'matched': every student caches 2r = 32 numbers" in notes
+    assert "Rank scheduling: CARE(E) Init water-fill" in notes
     assert (healed["kv_save_pct (ours)"] == 50.0).all()
 
 

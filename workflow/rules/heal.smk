@@ -29,6 +29,7 @@ if PLAN.heal:
             freqfold=config["care"]["heal"]["freqfold"],
             cache=config["care"]["heal"]["cache"],
             rope_width=config["care"]["heal"]["rope_dim"],
+            schedule=PLAN.heal.schedule,
             opts=config["care"]["factorize"],
         script:
             script_path("heal_restore.py")

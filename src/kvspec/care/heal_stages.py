@@ -41,6 +41,7 @@ def restore_stage(
     factorize_opts: dict[str, Any],
     cache: str = "matched",
     rope_width: int | None = None,
+    schedule: str = "uniform",
     threads: int | None = None,
 ) -> None:
     """Restore the Llama model in `model_dir` to DeepSeek-V3 attention at MLA rank `rank` and
@@ -57,6 +58,7 @@ def restore_stage(
         kv_lora_rank=latent_rank(model.config, rank, freqfold, cache, per_group),
         freqfold=freqfold,
         rope_per_group=per_group,
+        schedule=schedule,
         care_alpha=factorize_opts["care_alpha"],
         care_lambda=factorize_opts["care_lambda"],
     )
@@ -65,12 +67,15 @@ def restore_stage(
     restored.generation_config = model.generation_config
     cache = kv_cache_per_token(restored.config)
     log.info(
-        "%s: rank %d -> kv_lora_rank %d + RoPE key %d = %d cached numbers per token and layer",
+        "%s: rank %d -> kv_lora_rank %d (%s) + RoPE key %d = %g cached numbers per token "
+        "and layer; latent ranks per layer %s",
         method,
         rank,
         spec.kv_lora_rank,
+        schedule,
         restored.config.qk_rope_head_dim,
         cache["per_layer"],
+        getattr(restored.config, "kvspec_latent_ranks", None) or "uniform",
     )
     record = provenance(
         {
@@ -79,8 +84,9 @@ def restore_stage(
             "freqfold": freqfold,
             "cache": cache,
             "rope_per_group": per_group,
+            "schedule": schedule,
             **factorize_opts,
-        },  # fmt: skip
+        },
         source=model_dir,
         stats=stats_path,
         kv_cache=cache,

@@ -115,7 +115,9 @@ def kv_cache_widths(model: PreTrainedModel) -> dict[str, int]:
     if cfg.model_type == "kvspec_mla":
         return {"cached": sum(cfg.kv_rank_k) + sum(cfg.kv_rank_v), "full": _full(cfg)}
     if cfg.model_type == "deepseek_v3":  # restored by kvspec.care.restore: latent + RoPE key
-        cached = (cfg.kv_lora_rank + cfg.qk_rope_head_dim) * cfg.num_hidden_layers
+        ranks = getattr(cfg, "kvspec_latent_ranks", None)  # per layer, without padding
+        latent = sum(ranks) if ranks else cfg.kv_lora_rank * cfg.num_hidden_layers
+        cached = latent + cfg.qk_rope_head_dim * cfg.num_hidden_layers
         return {"cached": cached, "full": getattr(cfg, "kvspec_full_kv_per_token", cached)}
     return {"cached": _full(cfg), "full": _full(cfg)}
 

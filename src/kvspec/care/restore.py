@@ -45,7 +45,8 @@ import torch
 from torch import Tensor
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedModel
 
-from kvspec.care.factorize import factorize
+from kvspec.care.allocate import waterfill_ranks
+from kvspec.care.factorize import factorize, weighted_spectrum
 
 log = logging.getLogger(__name__)
 RESTORE_METHODS = {"transmla": "svd", "transmla-pca": "pca", "transmla-care": "care"}
@@ -61,12 +62,15 @@ class RestoreSpec:
     care_alpha: float = 0.05
     care_lambda: float = 0.01
     rope_per_group: int = 1  # RoPE components kept per group of `freqfold` frequencies
+    schedule: str = "uniform"  # latent rank per layer: uniform, or waterfill (mean kv_lora_rank)
 
     def __post_init__(self) -> None:
         if self.method not in RESTORE_METHODS:
             raise ValueError(f"restore method must be one of {sorted(RESTORE_METHODS)}")
         if self.kv_lora_rank < 1 or self.freqfold < 1:
             raise ValueError("kv_lora_rank and freqfold must be >= 1")
+        if self.schedule not in ("uniform", "waterfill"):
+            raise ValueError(f"schedule must be uniform or waterfill, got {self.schedule!r}")
         if self.rope_per_group < 1 or self.freqfold % self.rope_per_group:
             raise ValueError(
                 f"rope_per_group {self.rope_per_group} must divide freqfold {self.freqfold}"
@@ -181,12 +185,22 @@ class LayerWeights:
     kv_b_proj: Tensor
 
 
-def restore_layer(
+@dataclass(frozen=True)
+class LayerLatent:
+    """One layer's RoRoPE rotation and joint position-free latent map, before factoring."""
+
+    rot: Tensor  # (g·d, g·d) rows: RoPE components first
+    d_rope: int
+    k_rope: Tensor  # (d_rope, D) the decoupled RoPE key
+    z: Tensor  # (n_nope + g·d, D): K_nope / ratio stacked over V
+    ratio: float  # BKV balance of K_nope against V
+
+
+def layer_latent(
     attn: Any, cov: Tensor, spec: RestoreSpec, shape: tuple[int, int, int]
-) -> LayerWeights:
-    """Restored weights of one Llama attention layer from its K/V input covariance `cov`."""
-    n_heads, g, d = shape
-    wq = attn.q_proj.weight.detach().double().view(n_heads, d, -1)  # (H, d, D)
+) -> LayerLatent:
+    """RoRoPE and BKV of one Llama attention layer from its K/V input covariance `cov`."""
+    _, g, d = shape
     wk = attn.k_proj.weight.detach().double()  # (g·d, D)
     wv = attn.v_proj.weight.detach().double()  # (g·d, D)
     c = cov.double()
@@ -194,9 +208,51 @@ def restore_layer(
     k_rot = rot @ wk  # (g·d, D) rotated components
     k_rope, k_nope = k_rot[:d_rope], k_rot[d_rope:]
     ratio = _balance(_mean_square(k_nope, c), _mean_square(wv, c), _mean_square(k_rot, c))
-    z = torch.cat([k_nope / ratio, wv])  # (n_nope + g·d, D)
-    a, b = _latent_factors(z, c, spec)  # (D, r), (r, n_nope + g·d)
-    b_k, b_v = b[:, : k_nope.shape[0]].T * ratio, b[:, k_nope.shape[0] :].T  # (n_nope, r), (g·d, r)
+    return LayerLatent(rot, d_rope, k_rope, torch.cat([k_nope / ratio, wv]), ratio)
+
+
+def latent_spectrum(latent: LayerLatent, cov: Tensor, spec: RestoreSpec) -> Tensor:
+    """Descending values whose squares are the energy each latent rank keeps, by the method's
+    own objective (weight space, √C-weighted, or output variance)."""
+    kind = RESTORE_METHODS[spec.method]
+    if kind == "pca":
+        second = latent.z @ cov.double() @ latent.z.T
+        return torch.linalg.eigvalsh((second + second.T) / 2).clamp_min(0.0).flip(0).sqrt()
+    return weighted_spectrum(
+        latent.z, kind, cov=cov, alpha=spec.care_alpha, lam_frac=spec.care_lambda
+    )
+
+
+def layer_ranks(latents: list[LayerLatent], covs: list[Tensor], spec: RestoreSpec) -> list[int]:
+    """Latent rank of each layer: kv_lora_rank everywhere, or water-filled across layers with
+    the same total (the cache budget), as CARE allocates ranks."""
+    if spec.schedule == "uniform":
+        return [spec.kv_lora_rank] * len(latents)
+    spectra = [latent_spectrum(lat, c, spec) for lat, c in zip(latents, covs, strict=True)]
+    width = min(len(s) for s in spectra)
+    return waterfill_ranks(spectra, spec.kv_lora_rank * len(latents), width)
+
+
+def restore_layer(
+    attn: Any,
+    latent: LayerLatent,
+    cov: Tensor,
+    spec: RestoreSpec,
+    shape: tuple[int, int, int],
+    rank: int,
+    width: int,
+) -> LayerWeights:
+    """DeepSeek-V3 weights of one layer whose latent has `rank` components, zero-padded to the
+    model's kv_lora_rank `width` (padded components stay zero through healing: their
+    gradients vanish, since they are zero on both sides of the RMSNorm)."""
+    n_heads, g, d = shape
+    wq = attn.q_proj.weight.detach().double().view(n_heads, d, -1)  # (H, d, D)
+    c = cov.double()
+    a, b = _latent_factors(latent.z, c, spec, rank)  # (D, r), (r, n_nope + g·d)
+    a = torch.cat([a, a.new_zeros(a.shape[0], width - rank)], 1)  # (D, width)
+    b = torch.cat([b, b.new_zeros(width - rank, b.shape[1])])  # (width, n_nope + g·d)
+    n_nope, rot, d_rope = latent.z.shape[0] - g * d, latent.rot, latent.d_rope
+    b_k, b_v = b[:, :n_nope].T * latent.ratio, b[:, n_nope:].T  # (n_nope, w), (g·d, w)
     group = n_heads // g
     scale = math.sqrt((d + d_rope) / d)
     q_rows, kv_rows = [], []
@@ -208,19 +264,19 @@ def restore_layer(
     dtype = attn.q_proj.weight.dtype
     return LayerWeights(
         q_proj=(torch.cat(q_rows) * scale).to(dtype),
-        kv_a_proj_with_mqa=torch.cat([a.T, k_rope]).to(dtype),
-        kv_a_layernorm=torch.full((spec.kv_lora_rank,), latent_rms, dtype=dtype),
+        kv_a_proj_with_mqa=torch.cat([a.T, latent.k_rope]).to(dtype),
+        kv_a_layernorm=torch.full((width,), latent_rms, dtype=dtype),
         kv_b_proj=torch.cat(kv_rows).to(dtype),
     )
 
 
-def _latent_factors(z: Tensor, cov: Tensor, spec: RestoreSpec) -> tuple[Tensor, Tensor]:
-    """(A (D, r), B (r, out)) with x·Zᵀ ≈ (x·A)·B at r = kv_lora_rank, by the method's rule."""
+def _latent_factors(z: Tensor, cov: Tensor, spec: RestoreSpec, rank: int) -> tuple[Tensor, Tensor]:
+    """(A (D, r), B (r, out)) with x·Zᵀ ≈ (x·A)·B at r = `rank`, by the method's rule."""
     if RESTORE_METHODS[spec.method] == "pca":
-        return output_pca(z, cov, spec.kv_lora_rank)
+        return output_pca(z, cov, rank)
     f = factorize(
         z,
-        spec.kv_lora_rank,
+        rank,
         RESTORE_METHODS[spec.method],
         cov=cov,
         alpha=spec.care_alpha,
@@ -253,8 +309,9 @@ def _mean_square(w: Tensor, cov: Tensor) -> float:
     return float(torch.trace(w @ cov @ w.T)) / max(w.shape[0], 1)
 
 
-def deepseek_config(config: Any, spec: RestoreSpec) -> DeepseekV3Config:
-    """A dense DeepSeek-V3 config with the source model's sizes and the restored attention."""
+def deepseek_config(config: Any, spec: RestoreSpec, width: int) -> DeepseekV3Config:
+    """A dense DeepSeek-V3 config with the source model's sizes and the restored attention
+    (`width` = kv_lora_rank, the widest layer's latent)."""
     n_heads, _, d = _shape(config)
     rope = dict(config.rope_parameters)
     return DeepseekV3Config(
@@ -267,7 +324,7 @@ def deepseek_config(config: Any, spec: RestoreSpec) -> DeepseekV3Config:
         num_attention_heads=n_heads,
         num_key_value_heads=n_heads,  # keys are already per head: no repeat_kv
         q_lora_rank=None,
-        kv_lora_rank=spec.kv_lora_rank,
+        kv_lora_rank=width,
         qk_rope_head_dim=rope_dim(d, spec.freqfold, spec.rope_per_group),
         qk_nope_head_dim=d,
         v_head_dim=d,
@@ -293,10 +350,17 @@ def restore_model(
     layers = model.model.layers
     if len(covs) != len(layers):
         raise ValueError(f"{len(covs)} covariances for {len(layers)} layers")
-    out = DeepseekV3ForCausalLM(deepseek_config(model.config, spec)).to(model.dtype)
+    latents = [
+        layer_latent(layer.self_attn, c, spec, shape) for layer, c in zip(layers, covs, strict=True)
+    ]
+    ranks = layer_ranks(latents, covs, spec)
+    width = max(ranks)
+    out = DeepseekV3ForCausalLM(deepseek_config(model.config, spec, width)).to(model.dtype)
+    if spec.schedule != "uniform":
+        out.config.kvspec_latent_ranks = ranks  # the real cache: Σ ranks + layers · d_rope
     state = {k: v for k, v in model.state_dict().items() if not _is_attention_qkv(k)}
     for i, (layer, cov) in enumerate(zip(layers, covs, strict=True)):
-        w = restore_layer(layer.self_attn, cov, spec, shape)
+        w = restore_layer(layer.self_attn, latents[i], cov, spec, shape, ranks[i], width)
         prefix = f"model.layers.{i}.self_attn."
         state[prefix + "q_proj.weight"] = w.q_proj
         state[prefix + "kv_a_proj_with_mqa.weight"] = w.kv_a_proj_with_mqa
@@ -315,7 +379,10 @@ def _is_attention_qkv(name: str) -> bool:
     return any(name.endswith(f"self_attn.{p}_proj.weight") for p in "qkv")
 
 
-def kv_cache_per_token(config: DeepseekV3Config) -> dict[str, int]:
-    """Numbers cached per token and layer (latent + RoPE key) and summed over layers."""
-    per_layer = config.kv_lora_rank + config.qk_rope_head_dim
-    return {"per_layer": per_layer, "total": per_layer * config.num_hidden_layers}
+def kv_cache_per_token(config: DeepseekV3Config) -> dict[str, float]:
+    """Numbers a latent cache holds per token (latent + RoPE key), per layer on average and
+    summed over layers; per-layer ranks (`kvspec_latent_ranks`) count without their padding."""
+    layers = config.num_hidden_layers
+    ranks = getattr(config, "kvspec_latent_ranks", None) or [config.kv_lora_rank] * layers
+    total = sum(ranks) + layers * config.qk_rope_head_dim
+    return {"per_layer": total / layers, "total": total}

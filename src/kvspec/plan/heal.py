@@ -44,6 +44,10 @@ class HealPlan:
     def restored(self) -> list[str]:
         return [m for m in self.methods if m != "svd"]
 
+    def schedule(self, wildcards: Any) -> str:
+        """Latent ranks of a restoration: water-filled across layers, or one for all."""
+        return "waterfill" if wildcards.method in self.heal["waterfill"] else "uniform"
+
     def evaluations(self) -> Columns:
         every = set(self.heal["columns"] or self.care.tasks)
         cols: Columns = {
@@ -104,6 +108,7 @@ class HealPlan:
             "model": self.model,
             "rank": self.rank(),
             "cache": self.heal["cache"],
+            "waterfill": list(self.heal["waterfill"]),
         }
 
     def report_items(self) -> list[ReportItem]:

@@ -104,16 +104,28 @@ def table_3_3(item: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> 
         "(the thesis's description of TransMLA), PCA of the calibration K/V outputs "
         "(TransMLA's released pca_calc; the activation-optimal rank-r map, which CARE's "
         "weighted SVD equals up to its shrinkage of C), both with WikiText-2 statistics, vs "
-        "CARE's covariance-weighted SVD with Alpaca. "
-        "DeepSeek-V3 attention has one kv_lora_rank for every layer, so CARE's water-filling "
-        "across layers has no room here; within a layer the joint SVD already splits the "
-        "latent between K and V optimally.",
+        "CARE's covariance-weighted SVD with Alpaca. Within a layer the joint factorisation "
+        "already splits the latent between K and V optimally.",
+        _schedule_note(item.get("waterfill", [])),
         "SVD is the plain SVD MLA model of Table 3.1 at rank r (original RoPE on the "
         "recovered keys, no restoration), healed with the same recipe.",
         "wiki_ppl (ours) is WikiText-2 word perplexity (the thesis prints none in Table 3.3).",
     ]
     write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes)
     return df
+
+
+def _schedule_note(waterfilled: list[str]) -> str:
+    """Which restorations got per-layer latent ranks."""
+    if not waterfilled:
+        return "Every restoration has one latent rank (kv_lora_rank) in every layer."
+    names = ", ".join(HEAL_LABELS[m] for m in waterfilled)
+    return (
+        f"Rank scheduling: {names} water-fill the latent ranks across layers (same total, "
+        "so the same cache); DeepSeek-V3 has one kv_lora_rank, so each layer's latent is "
+        "zero-padded to the widest, and the padding, zero on both sides of the latent "
+        "RMSNorm, gets no gradient in healing. kv_per_token counts the real cache."
+    )
 
 
 def _cache_note(rank: int, cache: str) -> str:
