@@ -19,8 +19,9 @@ Per layer, with g KV heads of width d and the K/V input covariance C (from calib
    the calibration outputs Z·x (TransMLA's released code); ``transmla-care``: CARE's
    covariance-weighted SVD of √C_λ·Zᵀ. Within a layer the joint factorisation is the optimal
    split of the latent between K and V, so there is nothing left for water-filling to allocate
-   there; across layers DeepSeek-V3 has one `kv_lora_rank`, so every layer gets the same r_lat
-   (see `latent_rank`).
+   there. Across layers, r_lat (see `latent_rank`) is either every layer's rank or, with
+   ``schedule="waterfill"``, the mean of ranks water-filled on each layer's spectrum; as
+   DeepSeek-V3 has one `kv_lora_rank`, each latent is then zero-padded to the widest layer.
 3. Layout. Query head h (KV group a): q_nope = q_h (d dims), q_rope = R[rope, a]·q_h, and the
    key for head h is R[nope, a]ᵀ·k_nope: an exact re-association of the dot product. The
    scale √((d + d_rope)/d) is folded into q_proj because DeepSeek-V3 divides by √(d + d_rope).
