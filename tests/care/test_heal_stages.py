@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -116,3 +117,21 @@ def test_a_killed_healing_job_resumes_and_keeps_its_passed_budgets(
         b = AutoModelForCausalLM.from_pretrained(theirs).state_dict()
         assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert not Path(state).exists() and not list(Path(state).parent.iterdir())
+
+
+def test_stats_keep_per_window_validation_nll_at_start_and_budgets(setup, tmp_path) -> None:
+    """The curve's perplexity is exp(mean window NLL) with its delta-method SE, and the stats
+    keep the window NLLs at step 0 and each budget for paired comparisons across methods."""
+    out = _outputs(tmp_path)
+    _heal(setup, out, None)
+    stats = json.loads(Path(out["stats"]).read_text())
+    curve = pd.read_csv(out["curve"]).set_index("tokens")
+    windows = stats["val_nll_windows"]
+    assert set(windows) == {"0", "64", "192"}
+    for tokens, nll in windows.items():
+        nll = np.asarray(nll)
+        assert len(nll) == TRAIN["eval_windows"]
+        ppl = float(np.exp(nll.mean()))
+        assert curve.loc[int(tokens), "val_ppl"] == pytest.approx(ppl, rel=1e-9)
+        se = ppl * nll.std(ddof=1) / np.sqrt(len(nll))
+        assert curve.loc[int(tokens), "val_ppl_se"] == pytest.approx(se, rel=1e-9)

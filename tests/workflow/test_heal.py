@@ -86,3 +86,12 @@ def test_changing_a_budget_reruns_healing_but_not_restoration(ci_run: Path, tmp_
         "report_heal_convergence": 1,
         "all": 1,
     }
+
+
+def test_table_3_3_paired_validation(ci_run: Path) -> None:
+    """CARE(E) Init against each other initialisation on the same held-out windows."""
+    table = pd.read_csv(ci_run / "results/report/thesis_table_3_3_paired.csv")
+    others = {"SVD", "TransMLA", "TransMLA (PCA, released code)"}
+    assert set(table["comparison"]) == {f"CARE(E) Init vs {o}" for o in others}
+    assert sorted(set(table["tokens"])) == [0, *BUDGETS]
+    assert (table["nll_diff_se"] > 0).all() and table["windows"].nunique() == 1

@@ -132,17 +132,32 @@ def make_optimizer(model: torch.nn.Module, spec: HealSpec) -> torch.optim.Optimi
 
 
 @torch.no_grad()
-def val_perplexity(model: torch.nn.Module, windows: torch.Tensor, micro_batch: int) -> float:
-    """exp(mean next-token CE) over the validation windows."""
+@torch.no_grad()
+def window_nll(model: torch.nn.Module, windows: torch.Tensor, micro_batch: int) -> np.ndarray:
+    """Mean next-token CE of each validation window, (W,) float64."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    losses = [
-        model(input_ids=chunk.to(device), labels=chunk.to(device)).loss.item()
-        for chunk in windows.split(micro_batch)
-    ]
+    out = []
+    for chunk in windows.split(micro_batch):
+        chunk = chunk.to(device)
+        logits = model(input_ids=chunk).logits[:, :-1].float()  # (B, T-1, V)
+        nll = F.cross_entropy(logits.transpose(1, 2), chunk[:, 1:], reduction="none")
+        out.append(nll.mean(1).cpu())
     model.train(was_training)
-    return float(math.exp(np.mean(losses)))
+    return torch.cat(out).double().numpy()
+
+
+def val_perplexity(model: torch.nn.Module, windows: torch.Tensor, micro_batch: int) -> float:
+    """exp(mean next-token CE) over the validation windows."""
+    return float(math.exp(window_nll(model, windows, micro_batch).mean()))
+
+
+def perplexity_with_se(nll: np.ndarray) -> tuple[float, float]:
+    """(exp(mean NLL), its standard error by the delta method over windows)."""
+    ppl = math.exp(float(nll.mean()))
+    se = float(nll.std(ddof=1) / math.sqrt(len(nll))) if len(nll) > 1 else float("nan")
+    return ppl, ppl * se
 
 
 def heal(
@@ -220,12 +235,17 @@ def _optimizer_step(
 
 
 def _row(step: int, spec: HealSpec, ce: float, kd: float, model, val, seconds: float) -> dict:
+    """A curve row; `val_nll` keeps the per-window NLLs for paired comparisons."""
+    nll = window_nll(model, val, spec.micro_batch)
+    ppl, se = perplexity_with_se(nll)
     return {
         "step": step,
         "tokens": step * spec.tokens_per_step,
         "lr": lr_at(max(step - 1, 0), spec) if step else 0.0,
         "train_ce": ce,
         "train_kd": kd,
-        "val_ppl": val_perplexity(model, val, spec.micro_batch),
+        "val_ppl": ppl,
+        "val_ppl_se": se,
         "seconds": seconds,
+        "val_nll": nll.tolist(),
     }

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvspec.care.budgets import budget_steps
 from kvspec.care.calibration import token_stream
 from kvspec.care.covariance import load_stats
 from kvspec.care.heal import HealSpec, heal
@@ -182,7 +183,8 @@ def _heal_and_write(
         if Path(staged[budget]) != Path(final):
             with atomic_path(final) as tmp:
                 shutil.copytree(staged[budget], tmp)
-    write_text(outputs["curve"], pd.DataFrame(curve).to_csv(index=False))
+    table = pd.DataFrame(curve).drop(columns="val_nll", errors="ignore")
+    write_text(outputs["curve"], table.to_csv(index=False))
     stats = {
         "parameters": sum(p.numel() for p in student.parameters()),
         "tokens_per_step": spec.tokens_per_step,
@@ -190,6 +192,8 @@ def _heal_and_write(
         "seconds_to_budget_this_run": {str(b): s for b, s in reached.items()},
         "val_ppl_start": curve[0]["val_ppl"],
         "val_ppl_end": curve[-1]["val_ppl"],
+        # per held-out window, at step 0 and at each budget: paired comparisons across methods
+        "val_nll_windows": _window_nlls(curve, spec),
         "kv_cache": kv_cache_widths(student),
         "provenance": provenance(data_opts, spec=repr(spec)),
     }
@@ -198,6 +202,12 @@ def _heal_and_write(
         Path(state_path).unlink(missing_ok=True)
         for path in staged.values():
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _window_nlls(curve: list[dict[str, Any]], spec: HealSpec) -> dict[str, list[float]]:
+    """{tokens seen: per-window validation NLL} at step 0 and at each budget."""
+    steps = {0, *budget_steps(spec.budgets, spec.tokens_per_step)}
+    return {str(r["tokens"]): r["val_nll"] for r in curve if r["step"] in steps and "val_nll" in r}
 
 
 def _staging_dirs(budgets: list[int], finals: list[str], state_path: str | None) -> dict:

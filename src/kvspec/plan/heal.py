@@ -101,10 +101,12 @@ class HealPlan:
             for b in self.budgets
         ]
         curves = {m: paths.HEAL_CURVE.format(model=self.model, method=m) for m in self.methods}
+        stats = {m: paths.HEAL_STATS.format(model=self.model, method=m) for m in self.methods}
         return {
             "rows": rows,
             "baseline": evaluation_path(self.model, Original()),
             "curves": curves,
+            "stats": stats,
             "model": self.model,
             "rank": self.rank(),
             "cache": self.heal["cache"],
@@ -113,14 +115,20 @@ class HealPlan:
 
     def report_items(self) -> list[ReportItem]:
         params = self.report_params()
+        paired = table_outputs("thesis_table_3_3_paired", label="Table 3.3, paired validation")
+        paired = {"paired_csv": paired["csv"], "paired_md": paired["md"]}
         evals = [r["file"] for r in params["rows"]] + [params["baseline"]]
         table = ReportItem(
             rule="report_heal_table_3_3",
             renderer="heal:render",
             log="logs/report/thesis_table_3_3.log",
             category=CARE_CATEGORY,
-            inputs={"evals": evals, "paper": self.care.paper("table_3_3")},
-            outputs=table_outputs("thesis_table_3_3", label="Table 3.3"),
+            inputs={
+                "evals": evals,
+                "stats": list(params["stats"].values()),
+                "paper": self.care.paper("table_3_3"),
+            },
+            outputs=table_outputs("thesis_table_3_3", label="Table 3.3") | paired,
             params={"name": "table_3_3", **params},
         )
         curves = ReportItem(

@@ -10,6 +10,7 @@ import pandas as pd
 from kvspec.io import read_json, write_text
 from kvspec.report.care import _eval_notes, metric_row
 from kvspec.report.figures import plt, save_figure
+from kvspec.report.heal_paired import render_paired
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
 
 HEAL_LABELS = {
@@ -172,6 +173,7 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str
     """Table 3.3 (`item["name"]` "table_3_3") or the convergence figure ("convergence")."""
     if item["name"] == "table_3_3":
         table_3_3(item, inputs["paper"][0], outputs)
+        render_paired(item, HEAL_LABELS, outputs)
     elif item["name"] == "convergence":
         convergence(item, outputs)
     else:
