@@ -208,3 +208,11 @@ def test_decode_speed_times_planned_models_only(plans, configs, schema) -> None:
     off = Plan(validate(cfg, schema))
     assert "convert_decode_speed" not in off.jobs()
     assert all(i.rule != "report_care_decode_speed" for i in off.report_items())
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_report_categories_are_plain_rst_text(plans, scale: str) -> None:
+    """A colon after a word in a category ("ch. 4: speed") makes reStructuredText read a link
+    target, and the HTML report then shows a "Duplicate explicit target name" warning box."""
+    for item in plans[scale].report_items():
+        assert ":" not in item.category, (item.rule, item.category)

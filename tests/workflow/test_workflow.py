@@ -107,9 +107,11 @@ def test_every_rule_logged(ci_run: Path) -> None:
 
 
 def test_html_report_offline(ci_run: Path) -> None:
-    snakemake(ci_run, "--report", "results/report.html")
+    proc = snakemake(ci_run, "--report", "results/report.html")
     html = (ci_run / "results" / "report.html").read_text(errors="replace")
     assert "thesis_table_2_1.csv" in html and "pretrain_loss.png" in html
+    # reStructuredText problems end up on the report's pages as "System Message" boxes
+    assert "(WARNING/" not in proc.stderr and "(ERROR/" not in proc.stderr, proc.stderr[-2000:]
 
 
 def test_nothing_to_do_after_a_run(ci_run: Path) -> None:
