@@ -36,8 +36,8 @@ EXPECTED_JOBS = {
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
 # every scale: + the models table (report_models); + the draft latency rule (issue 12);
 # ci and paper: + the transmla-pca restoration (1 restore, 1 heal, 2 healed evaluations);
-# every scale: + the decode-speed rule and its report table (issue 13)
-TOTALS = {"ci": 166, "config": 273, "paper": 1138}
+# every scale: + the decode-speed rule and its report table (issue 13); + the status page
+TOTALS = {"ci": 167, "config": 274, "paper": 1139}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -141,7 +141,8 @@ def test_stages_off_when_absent(configs, schema) -> None:
     plan = Plan(cfg)
     assert plan.care is None and plan.heal is None and plan.spec is None
     assert {i.rule for i in plan.report_items()} == {
-        "report_table_2_1", "data_sources", "report_models", "report_pretrain"}  # fmt: skip
+        "report_table_2_1", "data_sources", "report_models", "report_pretrain",
+        "report_status"}  # fmt: skip
 
 
 def test_distilled_draft_reads_its_teachers_responses(plans) -> None:

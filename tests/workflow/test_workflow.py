@@ -178,3 +178,12 @@ def test_lint_and_format() -> None:
         [sys.executable, "-m", "ruff", "check", str(REPO)], capture_output=True, text=True, cwd=REPO
     )
     assert ruff.returncode == 0, ruff.stdout
+
+
+def test_status_page_lists_every_artifact(ci_run: Path) -> None:
+    table = pd.read_csv(ci_run / "results/report/status.csv")
+    assert len(table[table["document"] != "lecture"]) == 57
+    measured = table[table["status"] == "measured"]
+    assert "Table 3.3" in set(measured["artifact"])
+    for files in measured["files"]:
+        assert all((ci_run / f).exists() for f in files.split()), files

@@ -38,6 +38,23 @@ class Plan:
             if part
             for item in part.report_items()
         ]
+        self._items.append(self._status_item(repo))
+
+    def _status_item(self, repo: Path) -> ReportItem:
+        """The reproduction status of every numbered table and figure (computed here)."""
+        from kvspec.plan.items import table_outputs
+        from kvspec.plan.status import status_rows
+
+        return ReportItem(
+            rule="report_status",
+            renderer="status:render",
+            log="logs/report/status.log",
+            category="Reproduction status",
+            inputs={},
+            outputs=table_outputs("status", label="Reproduction status"),
+            params={"rows": status_rows(self, repo / "config" / "paper_results")},
+            document="status",
+        )
 
     def _columns(self) -> Columns:
         cols: Columns = {}

@@ -1,0 +1,89 @@
+"""The reproduction status page: every numbered table and figure has a status and a reason."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from kvspec.plan import Plan
+from kvspec.plan import status as status_mod
+from kvspec.plan.status import DOCUMENTS, artifacts, paper_csvs, status_rows
+
+from ..conftest import REPO
+from .conftest import SCALES
+
+PAPER = REPO / "config" / "paper_results"
+PAPERS = REPO.parent / "shared" / "papers"
+
+
+def test_57_artifacts_in_four_documents() -> None:
+    counts = Counter(doc for doc, _ in artifacts())
+    assert counts == {"thesis": 19, "moa": 14, "pipeinfer": 14, "specdec_qwen": 10}
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_artifact_has_a_status_and_files_or_a_reason(plans, scale: str) -> None:
+    rows = plans[scale].report_item("report_status").params["rows"]
+    assert len(rows) == 57 + len(status_mod.LECTURE_EXAMPLES)
+    for row in rows:
+        assert row["reason"] or row["status"] == status_mod.MEASURED
+        assert row["files"] or row["status"] in (status_mod.NOT_HERE, status_mod.NOT_BUILT), row
+
+
+def test_counts_at_the_mini_scale(plans) -> None:
+    rows = plans["config"].report_item("report_status").params["rows"]
+    measured = {r["artifact"] for r in rows if r["status"] == status_mod.MEASURED}
+    assert len(measured) == 17 and "Table 3.3" in measured and "Figure 3.2" not in measured
+    numbered = [r for r in rows if r["document"] != "lecture"]
+    assert Counter(r["status"] for r in numbered) == {
+        status_mod.MEASURED: 17, status_mod.PAPER_ONLY: 20, status_mod.NOT_BUILT: 12,
+        status_mod.NOT_HERE: 8,
+    }  # fmt: skip
+
+
+def test_an_artifact_without_a_reason_is_refused(plans, monkeypatch) -> None:
+    reasons = dict(status_mod.REASONS)
+    del reasons[("moa", "Table 1")]
+    monkeypatch.setattr(status_mod, "REASONS", reasons)
+    with pytest.raises(ValueError, match="moa Table 1 is not measured and has no stated reason"):
+        status_rows(plans["config"], PAPER)
+
+
+def test_status_follows_the_plan(configs, schema) -> None:
+    """Turning a stage off turns its artifacts into 'paper numbers only' (they have CSVs)."""
+    import copy
+
+    from kvspec.config import validate
+
+    cfg = copy.deepcopy(configs["config"])
+    cfg["care"]["heal"] = None
+    rows = Plan(validate(cfg, schema)).report_item("report_status").params["rows"]
+    t33 = next(r for r in rows if r["artifact"] == "Table 3.3")
+    assert t33["status"] == status_mod.PAPER_ONLY
+    assert t33["files"] == "config/paper_results/thesis_table_3_3.csv"
+
+
+def test_paper_transcriptions_by_number_roman_and_range() -> None:
+    assert paper_csvs("pipeinfer", "Table I", PAPER) == [
+        "config/paper_results/pipeinfer_table_1.csv"
+    ]
+    assert paper_csvs("specdec_qwen", "Figure 6", PAPER) == [
+        "config/paper_results/specdec_qwen_figures_5_8.csv"
+    ]
+    assert paper_csvs("specdec_qwen", "Figure 9", PAPER) == []
+    assert paper_csvs("thesis", "Table 3.1", PAPER) == ["config/paper_results/thesis_table_3_1.csv"]
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason="shared/papers is not beside the repository")
+def test_listed_artifacts_cover_every_caption_in_the_documents() -> None:
+    """Every 'Table N' / 'Figure N' caption line of a document is in DOCUMENTS."""
+    for doc, (source, _, labels) in DOCUMENTS.items():
+        text = (PAPERS / source).read_text()
+        found = set()
+        for kind, number in re.findall(
+            r"^(TABLE|Table|Figure|Fig\.) ([0-9IVX]+(?:\.[0-9]+)?)", text, re.M
+        ):
+            found.add(f"{'Table' if kind.lower() == 'table' else 'Figure'} {number}")
+        assert found <= set(labels), (doc, found - set(labels))
