@@ -26,6 +26,8 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/ngram.smk"
 include: "workflow/rules/specdecode.smk"
+include: "workflow/rules/sampling.smk"
+include: "workflow/rules/lecture.smk"
 include: "workflow/rules/report.smk"
 
 

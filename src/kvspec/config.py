@@ -137,6 +137,14 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
         from kvspec.spec.settings import check_spec  # spec.settings imports ConfigError from here
 
         check_spec(config)
+    if config.get("sampling"):
+        from kvspec.spec.sampling_settings import check_sampling
+
+        check_sampling(config)
+    if config.get("lecture"):
+        from kvspec.lecture.settings import check_lecture  # imports ConfigError from here
+
+        check_lecture(config)
 
 
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:

@@ -23,7 +23,7 @@ EXPECTED_JOBS = {
            "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
            "pretrain_train": 2, "models_distil": 1, "specdecode_draft_quality": 1,
            "report_draft_quality": 1},
-    "config": {"evaluate_lmeval": 52, "evaluate_original": 2, "evaluate_healed": 6,
+    "config": {"evaluate_lmeval": 52, "evaluate_original": 2, "evaluate_healed": 8,
                "convert_mla": 52, "convert_allocate": 39, "convert_sensitivity": 16,
                "convert_factorize": 14, "covariance_collect": 12, "ngram_index": 8,
                "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8},
@@ -35,9 +35,11 @@ EXPECTED_JOBS = {
 }  # fmt: skip
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
 # every scale: + the models table (report_models); + the draft latency rule (issue 12);
-# ci and paper: + the transmla-pca restoration (1 restore, 1 heal, 2 healed evaluations);
-# every scale: + the decode-speed rule and its report table (issue 13); + the status page
-TOTALS = {"ci": 167, "config": 274, "paper": 1139}
+# every scale: + the transmla-pca restoration (1 restore, 1 heal, 2 healed evaluations);
+# every scale: + the decode-speed rule and its report table (issue 13); + the status page;
+# + the lecture's six examples and their six report tables (issue 18); + document 004's sweep,
+# timing, MATH-500 and one HumanEval job per method, with its ten figures and a table (issue 14)
+TOTALS = {"ci": 198, "config": 309, "paper": 1171}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -137,9 +139,10 @@ def test_rows_mean_what_they_say(plans) -> None:
 
 
 def test_stages_off_when_absent(configs, schema) -> None:
-    cfg = dict(configs["ci"], care=None, spec=None)
+    cfg = dict(configs["ci"], care=None, spec=None, lecture=None, sampling=None)
     plan = Plan(cfg)
     assert plan.care is None and plan.heal is None and plan.spec is None
+    assert plan.lecture is None and plan.sampling is None
     assert {i.rule for i in plan.report_items()} == {
         "report_table_2_1", "data_sources", "report_models", "report_pretrain",
         "report_status"}  # fmt: skip

@@ -16,6 +16,8 @@ from kvspec.plan.care import CarePlan, Columns
 from kvspec.plan.evaluate import EvalPlan
 from kvspec.plan.heal import HealPlan
 from kvspec.plan.items import ReportItem
+from kvspec.plan.lecture import LecturePlan
+from kvspec.plan.sampling import SamplingPlan
 from kvspec.plan.spec import SpecPlan
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,9 +34,15 @@ class Plan:
         self.heal = HealPlan(config, self.care) if heal else None
         self.spec = SpecPlan(config, repo) if config.get("spec") else None
         self.evaluate = EvalPlan(config, self._columns())
+        self.lecture = (
+            LecturePlan(config, repo, self.care, self.spec, self.evaluate.task)
+            if config.get("lecture")
+            else None
+        )
+        self.sampling = SamplingPlan(config, repo) if config.get("sampling") else None
         self._items = [
             item
-            for part in (self.base, self.care, self.heal, self.spec)
+            for part in (self.base, self.care, self.heal, self.spec, self.sampling, self.lecture)
             if part
             for item in part.report_items()
         ]
@@ -42,7 +50,7 @@ class Plan:
 
     def _status_item(self, repo: Path) -> ReportItem:
         """The reproduction status of every numbered table and figure (computed here)."""
-        from kvspec.plan.items import table_outputs
+        from kvspec.plan.items import Output, table_outputs
         from kvspec.plan.status import status_rows
 
         return ReportItem(
@@ -51,7 +59,9 @@ class Plan:
             log="logs/report/status.log",
             category="Reproduction status",
             inputs={},
-            outputs=table_outputs("status", label="Reproduction status"),
+            # status.rst is the table the report's front page includes (workflow.rst)
+            outputs=table_outputs("status", label="Reproduction status")
+            | {"rst": Output("results/report/status.rst")},
             params={"rows": status_rows(self, repo / "config" / "paper_results")},
             document="status",
         )
@@ -64,7 +74,7 @@ class Plan:
         return cols
 
     def report_items(self) -> list[ReportItem]:
-        """Every report item, in DAG order (data, models, CARE, healing, speculation)."""
+        """Every report item, in DAG order (data, models, CARE, healing, speculation, lecture)."""
         return list(self._items)
 
     def report_item(self, rule: str) -> ReportItem:

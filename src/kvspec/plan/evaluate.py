@@ -28,9 +28,10 @@ class EvalPlan:
     def tasks_for(self, model: str, variant: Evaluated) -> dict[str, dict[str, Any]]:
         """Column -> TaskSpec fields (kvspec.eval.harness), in eval.tasks order."""
         wanted = self.columns.get((model, variant), set())
-        return {col: self._task(col) for col in self.tasks if col in wanted}
+        return {col: self.task(col) for col in self.tasks if col in wanted}
 
-    def _task(self, col: str) -> dict[str, Any]:
+    def task(self, col: str) -> dict[str, Any]:
+        """TaskSpec fields (kvspec.eval.harness) of one column of eval.tasks."""
         task = self.tasks[col]
         data = paths.DATA.format(dataset=task["dataset"]) if task["template"] else None
         # this key order is part of the params Snakemake compares: keep it stable

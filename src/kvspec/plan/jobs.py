@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvspec.plan import paths
+from kvspec.plan.lecture import EXAMPLES as LECTURE_EXAMPLES
 from kvspec.plan.names import Converted, Factors, Healed, Original
 from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
 
@@ -31,6 +32,11 @@ def planned_jobs(plan: Plan) -> Jobs:
         _heal_jobs(plan, jobs)
     if plan.spec:
         _spec_jobs(plan, jobs)
+    if plan.sampling:
+        _sampling_jobs(plan, jobs)
+    if plan.lecture:
+        for example in LECTURE_EXAMPLES:
+            _add(jobs, f"lecture_{example}", plan.lecture.output(example))
     for item in plan.report_items():
         _add(jobs, item.rule, *item.output_files())
     return jobs
@@ -172,3 +178,13 @@ def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
                 paths.SPEED_SUMMARY.format(model=model, bench=bench),
                 paths.SPEED_RUNS.format(model=model, bench=bench),
             )
+
+
+def _sampling_jobs(plan: Plan, jobs: Jobs) -> None:
+    rules = {
+        paths.SAMPLING_SWEEP: "sampling_sweep",
+        paths.SAMPLING_TIMING: "sampling_timing",
+        paths.SAMPLING_MATH500: "sampling_math500",
+    }
+    for out in plan.sampling.outputs():
+        _add(jobs, rules.get(out, "sampling_humaneval"), out)

@@ -37,3 +37,9 @@ SPEED_SUMMARY = "results/specdecode/{model}/{bench}/summary.csv"
 DRAFT_QUALITY = "results/draft_quality/{model}.json"
 
 PAPER = "config/paper_results/{name}.csv"
+
+LECTURE = "results/lecture/{example}.json"
+SAMPLING_SWEEP = "results/sampling/sweep.json"
+SAMPLING_HUMANEVAL = "results/sampling/humaneval/{method}.json"
+SAMPLING_TIMING = "results/sampling/timing.json"
+SAMPLING_MATH500 = "results/sampling/math500.json"

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvspec.plan.lecture import EXAMPLES as LECTURE_ITEMS
+
 if TYPE_CHECKING:
     from kvspec.plan import Plan
 
@@ -55,7 +57,6 @@ LECTURE = ("001_0112e2261da5aa52.txt", "lecture notes: no numbered tables or fig
 _MOA_CLIENT = "not built yet: client-server speculative decoding (issue 16)"
 _MOA = "not built yet: Mixture-of-Attentions drafters and tree decoding (issue 15)"
 _PIPE = "not built yet: PipeInfer on torch.distributed (issue 17)"
-_QWEN = "not built yet: draft-model and 3-model speculative sampling sweeps (issue 14)"
 _DIAGRAM = "a diagram of the method: nothing to measure"
 REASONS: dict[tuple[str, str], str] = {
     ("thesis", "Table 2.1"): "a survey of published methods: transcribed, nothing to measure",
@@ -77,21 +78,10 @@ REASONS: dict[tuple[str, str], str] = {
 REASONS |= {("moa", f"Table {n}"): _MOA for n in (2, 5, 8, 9, 10)}
 REASONS |= {("moa", f"Table {n}"): _MOA_CLIENT for n in (3, 4, 7)}
 REASONS |= {("pipeinfer", f"Figure {n}"): _PIPE for n in range(4, 11)}
-REASONS |= {("specdec_qwen", f"Figure {n}"): _QWEN for n in range(1, 11)}
 
 MEASURED, PAPER_ONLY, NOT_HERE = "measured", "paper numbers only", "not reproducible here"
 NOT_BUILT = "not built yet"  # reproducible here, pending an open issue (no transcription either)
-LECTURE_EXAMPLES = [
-    "latency, throughput and batch size; TTFT vs prompt length",
-    "arithmetic intensity and roofline",
-    "KV-cache bytes per token (MHA/GQA/MLA/CLA/sliding window)",
-    "quantisation toy example and 4-bit weights",
-    "speculative sampling example and exactness",
-    "continuous vs static batching",
-]
-REASONS |= {
-    ("lecture", x): "not built yet: the lecture target (issue 18)" for x in LECTURE_EXAMPLES
-}
+LECTURE_EXAMPLES = [label for label, _ in LECTURE_ITEMS.values()]
 
 
 def artifacts() -> list[tuple[str, str]]:
@@ -127,12 +117,9 @@ def _roman(text: str) -> int:
 
 
 def _stage_off(document: str) -> str | None:
-    """Why a thesis artifact the workflow measures is not measured: its stage is off."""
-    return (
-        "its stage is off in this config (care, care.heal or spec)"
-        if document == "thesis"
-        else None
-    )
+    """Why an artifact the workflow measures is not measured: its stage is off."""
+    blocks = {"thesis": "care, care.heal or spec", "lecture": "lecture", "specdec_qwen": "sampling"}
+    return f"its stage is off in this config ({blocks[document]})" if document in blocks else None
 
 
 def status_rows(plan: Plan, paper_dir: Path) -> list[dict[str, Any]]:

@@ -91,3 +91,26 @@ def _pm(value: Any, se: Any, digits: int) -> str:
     if se is None or (isinstance(se, float) and math.isnan(se)):
         return text
     return f"{text} ± {se:.2g}"
+
+
+def bootstrap_ci(values: Sequence[float], iterations: int, seed: int,
+                 level: float = 0.95) -> tuple[float, float]:  # fmt: skip
+    """Percentile bootstrap interval of the mean of `values` (resampled with replacement)."""
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, len(x), size=(iterations, len(x)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+
+
+def sign_flip_pvalue(differences: Sequence[float], iterations: int, seed: int) -> float:
+    """Two-sided p-value of a zero mean paired difference by flipping signs: exact over all
+    2^n flips for n <= 16, else Monte Carlo."""
+    d = np.asarray(differences, dtype=float)
+    observed = abs(d.mean())
+    if len(d) <= 16:
+        signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * len(d))).reshape(len(d), -1).T
+    else:
+        signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(iterations, len(d)))
+    flipped = np.abs((signs * d).mean(axis=1))
+    return float((flipped >= observed - 1e-12).mean())

@@ -9,14 +9,15 @@ the cache back to the committed prefix after verification.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kvspec.spec.drafters import Draft, Drafter, crop_to, one_hot
-from kvspec.spec.verify import verify_greedy, verify_sampling
+from kvspec.spec.sampling import warp
+from kvspec.spec.verify import q_vector, verify_greedy, verify_sampling
 
 
 @dataclass
@@ -28,6 +29,9 @@ class Step:
     draft_seconds: float
     verify_seconds: float
     cache_len: int  # target cache length after the step (= committed tokens - 1)
+    # Σ over every drafted token of its chance to pass the test on its own, min(1, p/q) (greedy:
+    # matches the argmax), rejected prefixes or not: document 004's "accepted" count
+    passing: float = 0.0
 
 
 @torch.inference_mode()
@@ -41,11 +45,15 @@ def speculative_generate(
     temperature: float = 1.0,
     eos_token_id: int | Sequence[int] | None = None,
     seed: int = 0,
+    top_p: float = 1.0,
+    verifier: Callable[..., tuple[int, int]] | None = None,
 ) -> tuple[list[int], list[Step]]:
     """Generate up to `max_new_tokens` tokens with draft-then-verify; return (tokens, steps).
 
     `mode="greedy"` reproduces plain greedy decoding token for token; `mode="sample"`
-    samples from softmax(logits / temperature) exactly, via rejection sampling. Drafts are
+    samples from `warp(logits, temperature, top_p)` exactly, via rejection sampling (the drafter
+    must propose from the same warp for its own distribution; `verifier` replaces
+    `verify_sampling`, e.g. by a deliberately inexact variant to measure it). Drafts are
     shortened so a step never overshoots the budget; generation stops after `eos_token_id`
     (one id or several, e.g. end-of-text and end-of-turn).
     """
@@ -64,9 +72,12 @@ def speculative_generate(
         logits = _forward(target, cache, [seq[-1], *drafts])  # (n_drafts+1, V)
         if mode == "greedy":
             n_acc, nxt = verify_greedy(logits, drafts)
+            passing = _passing_greedy(logits, drafts)
         else:
-            probs = torch.softmax(logits.double() / temperature, dim=-1)
-            n_acc, nxt = verify_sampling(probs, drafts, _proposal(draft, drafts), generator)
+            probs = warp(logits, temperature, top_p)
+            q = _proposal(draft, drafts)
+            n_acc, nxt = (verifier or verify_sampling)(probs, drafts, q, generator)
+            passing = _passing(probs, drafts, q)
         crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
         t2 = time.perf_counter()
         if hasattr(drafter, "feedback"):
@@ -75,8 +86,24 @@ def speculative_generate(
         seq += emitted
         new += emitted
         drafted, accepted = _counted(len(drafts), n_acc, len(emitted))
-        steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length()))
+        passing = passing if drafted == len(drafts) else accepted  # drafts cut after an EOS
+        steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length(), passing))
     return new[:max_new_tokens], steps
+
+
+def _passing(probs: torch.Tensor, drafts: list[int], q: Any) -> float:
+    """Σ_i min(1, p_i(x_i) / q_i(x_i)) over the drafted tokens x_i."""
+    total = 0.0
+    for i, token in enumerate(drafts):
+        q_x = float(q_vector(q, i, probs.shape[-1])[token])
+        total += min(1.0, float(probs[i, token]) / q_x) if q_x > 0 else 0.0
+    return total
+
+
+def _passing_greedy(logits: torch.Tensor, drafts: list[int]) -> float:
+    """How many drafted tokens equal the target's argmax at their own position."""
+    choice = torch.argmax(logits[: len(drafts)], dim=-1).tolist()
+    return float(sum(c == d for c, d in zip(choice, drafts, strict=True)))
 
 
 def _counted(drafted: int, accepted: int, emitted: int) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import torch
 
 from kvspec.spec import suffix_array as sa
 from kvspec.spec.ngram_index import CheckedEngine
+from kvspec.spec.sampling import warp
 
 Dist = dict[int, float]
 
@@ -353,7 +354,8 @@ class DraftModelDrafter:
 
     The cache is reused across calls: only the part of the new context that differs from
     what the cache already holds is fed. Greedy drafts report one-hot q; sampled drafts
-    (`sample=True`, at `temperature`) report the softmax they were drawn from.
+    (`sample=True`, at `temperature` and `top_p`) report the distribution they were drawn
+    from (`kvspec.spec.sampling.warp`).
     `q_format` is "tensor" for a (k, V) tensor or "dict" for sparse dicts.
     """
 
@@ -364,10 +366,11 @@ class DraftModelDrafter:
         temperature: float = 1.0,
         seed: int = 0,
         q_format: str = "tensor",
+        top_p: float = 1.0,
     ) -> None:
         self.model = model.eval()
         self.sample = sample
-        self.temperature = temperature
+        self.temperature, self.top_p = temperature, top_p
         self.generator = torch.Generator().manual_seed(seed)
         self.q_format = q_format
         self.cache: Any = None
@@ -414,7 +417,7 @@ class DraftModelDrafter:
             probs = torch.zeros(logits.shape[-1], dtype=torch.float64)
             probs[token] = 1.0
             return token, probs
-        probs = torch.softmax(logits.double() / self.temperature, dim=-1)  # (V,)
+        probs = warp(logits, self.temperature, self.top_p)  # (V,)
         return int(torch.multinomial(probs, 1, generator=self.generator)), probs
 
 

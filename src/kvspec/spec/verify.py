@@ -78,3 +78,23 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def _sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
     return int(torch.multinomial(p, 1, generator=generator))
+
+
+def verify_resample_model(
+    target_probs: torch.Tensor,
+    draft_tokens: Sequence[int],
+    draft_q: torch.Tensor | Sequence[Dist],
+    generator: torch.Generator | None = None,
+) -> tuple[int, int]:
+    """Document 004's Algorithm 2 as printed: the same acceptance test, but a rejected draft is
+    replaced by a sample from the verifying model itself instead of the residual. Not exact: it
+    emits the tokens the draft over-proposes too often. Kept to measure what that costs."""
+    k = len(draft_tokens)
+    probs = target_probs.double()  # (k+1, V)
+    for i, token in enumerate(draft_tokens):
+        q_x = float(q_vector(draft_q, i, probs.shape[-1])[token])
+        u = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if q_x > 0 and u * q_x < float(probs[i, token]):
+            continue
+        return i, _sample(probs[i], generator)
+    return k, _sample(probs[k], generator)

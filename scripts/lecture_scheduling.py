@@ -1,0 +1,17 @@
+"""Rule lecture_scheduling: static vs continuous batching on one stream of requests."""
+
+from kvspec.lecture.stages import scheduling_stage
+from kvspec.logs import log_to
+
+with log_to(snakemake.log[0]):
+    p = snakemake.params
+    scheduling_stage(
+        dict(snakemake.input.items()),
+        snakemake.output[0],
+        settings=p.settings,
+        bench=p.bench,
+        seed=p.seed,
+        device=p.device,
+        dtype=p.dtype,
+        threads=snakemake.threads,
+    )

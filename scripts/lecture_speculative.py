@@ -1,0 +1,17 @@
+"""Rule lecture_speculative: the worked example, exactness, expected vs measured length."""
+
+from kvspec.lecture.stages import speculative_stage
+from kvspec.logs import log_to
+
+with log_to(snakemake.log[0]):
+    p = snakemake.params
+    speculative_stage(
+        dict(snakemake.input.items()),
+        snakemake.output[0],
+        settings=p.settings,
+        bench=p.bench,
+        seed=p.seed,
+        device=p.device,
+        dtype=p.dtype,
+        threads=snakemake.threads,
+    )

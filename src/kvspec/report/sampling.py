@@ -1,0 +1,274 @@
+"""Document 004's figures: our measurements on the study's models, its stated numbers beside.
+
+Only Figures 5-8 have numbers in the document's text (`specdec_qwen_figures_5_8.csv`): they
+appear in columns marked "paper". pass@k carries 95% bootstrap intervals over problems and a
+paired sign-flip test of each method against the classical baseline on the same problems.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvspec.io import read_json, write_text
+from kvspec.report.figures import plt, save_figure
+from kvspec.report.stats import bootstrap_ci, sign_flip_pvalue
+from kvspec.report.tables import read_paper_table, to_markdown
+
+
+def _table(df: pd.DataFrame, out: dict[str, str], title: str, notes: list[str]) -> None:
+    df.to_csv(out["csv"], index=False)
+    write_text(out["md"], "\n".join([f"# {title}", "", *[f"- {n}" for n in notes], "",
+                                     to_markdown(df)]))  # fmt: skip
+
+
+def _paper(inputs: dict[str, list[str]], figure: int) -> pd.DataFrame:
+    df, _ = read_paper_table(inputs["paper"][0])
+    return df[df["figure"] == str(figure)]
+
+
+# ---- Figures 1-4: the sweep ----------------------------------------------------------------------
+def _grid(item: dict[str, Any], inputs: dict[str, list[str]]) -> pd.DataFrame:
+    r = read_json(inputs["result"][0])
+    g = pd.DataFrame(r["grid"]).groupby(["temperature", "k"], as_index=False).sum(numeric_only=True)
+    g["accepted_share"] = g["accepted"] / g["drafted"].clip(lower=1)
+    g["passing_share"] = g["passing"] / g["drafted"].clip(lower=1)
+    runs = pd.DataFrame(r["grid"]).groupby(["temperature", "k"]).size().to_numpy()
+    g["seconds_per_run"] = g["seconds"] / runs
+    g["seconds_per_token"] = g["seconds"] / g["tokens"].clip(lower=1)
+    return g
+
+
+def _heatmaps(g: pd.DataFrame, columns: dict[str, str], out: dict[str, str], title: str) -> None:
+    fig, axes = plt.subplots(1, len(columns), figsize=(5.2 * len(columns), 3.8), squeeze=False)
+    for ax, (col, label) in zip(axes[0], columns.items(), strict=True):
+        table = g.pivot(index="temperature", columns="k", values=col)
+        im = ax.imshow(table.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
+        ax.set_xticks(range(len(table.columns)), table.columns)
+        ax.set_yticks(range(len(table.index)), table.index)
+        ax.set(xlabel="max draft tokens k", ylabel="temperature", title=label)
+        for (i, j), v in np.ndenumerate(table.to_numpy()):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=7)
+        fig.colorbar(im, ax=ax)
+    fig.suptitle(title, fontsize=9)
+    save_figure(fig, out["png"], out["pdf"])
+
+
+def _sweep_notes(item: dict[str, Any], inputs: dict[str, list[str]]) -> list[str]:
+    r = read_json(inputs["result"][0])
+    return [
+        f"Speculative sampling {r['method']} on {item['target']}, first "
+        f"{r['settings']['problems']} HumanEval prompts, "
+        f"{r['settings']['max_new_tokens']} new tokens per run.",
+        "accepted_share = prefix-accepted drafts / drafted (the usual rate); passing_share = "
+        "expected share of drafts passing min(1, p/q) on their own, rejected prefix or not "
+        "(the document's count). The document states no numbers for this figure.",
+    ]
+
+
+def sweep_acceptance(
+    item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]
+) -> None:
+    g = _grid(item, inputs)
+    _heatmaps(g, {"passing_share": "passing share (document's count)",
+                  "accepted_share": "prefix-accepted share"}, out,
+              "Figure 1: draft tokens accepted per max draft tokens and temperature")  # fmt: skip
+    cols = ["temperature", "k", "drafted", "accepted", "passing", "passing_share", "accepted_share"]
+    _table(g[cols], out, "Figure 1 (ours)", _sweep_notes(item, inputs))
+
+
+def sweep_repeats(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    r = read_json(inputs["result"][0])
+    d = pd.DataFrame(r["repeats"])
+    d["passing_share"] = d["passing"] / d["drafted"].clip(lower=1)
+    d["accepted_share"] = d["accepted"] / d["drafted"].clip(lower=1)
+    s = d.groupby("k")[["passing_share", "accepted_share"]].agg(["mean", "std"])
+    s.columns = [f"{a}_{b}" for a, b in s.columns]
+    s = s.reset_index()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for col, label in (("passing_share", "passing (document)"), ("accepted_share", "prefix")):
+        ax.errorbar(s["k"], s[f"{col}_mean"], yerr=s[f"{col}_std"], marker="o", capsize=3,
+                    label=label)  # fmt: skip
+    ax.set(xlabel="max draft tokens k", ylabel="share of draft tokens accepted",
+           title=f"Figure 2: T = {d['temperature'].iloc[0]}, {d['repeat'].nunique()} runs "
+                 "(mean ± std)")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, out["png"], out["pdf"])
+    _table(s, out, "Figure 2 (ours)", _sweep_notes(item, inputs))
+
+
+def _sweep_heatmap(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str],
+                   column: str, label: str, title: str) -> None:  # fmt: skip
+    g = _grid(item, inputs)
+    number = item["figure"]
+    _heatmaps(g, {column: label}, out, f"Figure {number}: {title}")
+    _table(g[["temperature", "k", "tokens", column]], out, f"Figure {number} (ours)",
+           _sweep_notes(item, inputs))  # fmt: skip
+
+
+def sweep_time(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    _sweep_heatmap(item, inputs, out, "seconds_per_run", "seconds per run",
+                   "time per max draft tokens and temperature")  # fmt: skip
+
+
+def sweep_time_per_token(item: dict[str, Any], inputs: dict[str, list[str]],
+                         out: dict[str, str]) -> None:  # fmt: skip
+    _sweep_heatmap(item, inputs, out, "seconds_per_token", "seconds per generated token",
+                   "time per generated token per max draft tokens and temperature")  # fmt: skip
+
+
+# ---- Figures 5, 7, 10: timing --------------------------------------------------------------------
+def timing_experiment(item: dict[str, Any], inputs: dict[str, list[str]],
+                      out: dict[str, str]) -> None:  # fmt: skip
+    r = read_json(inputs["result"][0])
+    classical, spec = (r["summary"][m] for m in item["methods"])
+    ours = {"latency_reduction_x": classical["s_per_token_mean"] / spec["s_per_token_mean"],
+            "throughput_gain_x": spec["tok_s"] / classical["tok_s"]}  # fmt: skip
+    paper = _paper(inputs, item["figure"])
+    rows = [{"metric": m, "ours": v,
+             "paper": " / ".join(f"{p.value} ({p.qualifier or 'as stated'}, {p.stated_in})"
+                                 for p in paper[paper["metric"] == m].itertuples())}
+            for m, v in ours.items()]  # fmt: skip
+    rows += [{"metric": f"{m} s/token (mean ± std over runs)",
+              "ours": f"{r['summary'][m]['s_per_token_mean']:.4f} ± "
+                      f"{r['summary'][m]['s_per_token_std']:.4f}", "paper": ""}
+             for m in item["methods"]]  # fmt: skip
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.4))
+    names = item["methods"]
+    a.bar(
+        names,
+        [r["summary"][m]["s_per_token_mean"] for m in names],
+        yerr=[r["summary"][m]["s_per_token_std"] for m in names],
+        capsize=4,
+    )
+    a.set(ylabel="seconds per token", title="latency")
+    b.bar(names, [r["summary"][m]["tok_s"] for m in names])
+    b.set(ylabel="tokens/s", title="throughput")
+    fig.suptitle(
+        f"Figure {item['figure']}: Experiment {item['experiment']} on {item['target']}", fontsize=9
+    )
+    save_figure(fig, out["png"], out["pdf"])
+    notes = [
+        f"Batch 1, interleaved runs in one process, {r['settings']['runs']} runs x "
+        f"{r['settings']['problems']} HumanEval prompts x {r['settings']['max_new_tokens']} "
+        f"new tokens, T = {r['settings']['temperature']}, top-p = {r['settings']['top_p']}.",
+        "paper = the document's stated ratios (Qwen2.5); ours on the study's models.",
+    ]
+    _table(pd.DataFrame(rows), out, f"Figure {item['figure']} (ours beside the paper)", notes)
+
+
+def time_per_token(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    r = read_json(inputs["result"][0])
+    names = item["methods"]
+    df = pd.DataFrame([{"method": m, **r["summary"][m]} for m in names])
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.bar(names, df["s_per_token_mean"], yerr=df["s_per_token_std"], capsize=4)
+    ax.set(
+        ylabel="seconds per token (mean ± std over runs)",
+        title=f"Figure 10: time per token on {item['target']}",
+    )
+    save_figure(fig, out["png"], out["pdf"])
+    notes = [
+        f"{r['settings']['runs']} interleaved runs; three_model k_d / k_i and sd k as in "
+        "the config (the document: k_d = 5, k_i = 3 against speculative sampling with 5 "
+        "tokens). The document states no numbers for this figure."
+    ]
+    _table(df, out, "Figure 10 (ours)", notes)
+
+
+# ---- Figures 6, 8, 9: pass@k ---------------------------------------------------------------------
+def passk_frame(item: dict[str, Any], inputs: dict[str, list[str]]) -> pd.DataFrame:
+    """Per method and k: mean pass@k with its bootstrap CI; against the first method (the
+    classical baseline) the paired difference, its CI and sign-flip p-value."""
+    results = [read_json(f) for f in inputs["result"]]
+    base = results[0]
+    rows = []
+    for res in results:
+        tasks = list(base["per_task"])
+        for k in (int(x.split("@")[1]) for x in base["pass@k"]):
+            mine = [res["per_task"][t][f"pass@{k}"] for t in tasks]
+            ref = [base["per_task"][t][f"pass@{k}"] for t in tasks]
+            diff = np.subtract(mine, ref)
+            lo, hi = bootstrap_ci(mine, item["bootstrap"], item["seed"])
+            dlo, dhi = bootstrap_ci(diff, item["bootstrap"], item["seed"])
+            rows.append({"method": res["method"], "k": k, "pass@k": float(np.mean(mine)),
+                         "ci_low": lo, "ci_high": hi, "minus_baseline": float(diff.mean()),
+                         "diff_ci_low": dlo, "diff_ci_high": dhi,
+                         "p_value": sign_flip_pvalue(diff, item["bootstrap"], item["seed"])
+                         if res is not base else None, "problems": len(tasks),
+                         "samples": res["per_task"][tasks[0]]["n"]})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _passk_plot(df: pd.DataFrame, out: dict[str, str], title: str) -> None:
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for i, (name, g) in enumerate(df.groupby("method", sort=False)):
+        x = g["k"].to_numpy() + (i - 1) * 0.12
+        err = [g["pass@k"] - g["ci_low"], g["ci_high"] - g["pass@k"]]
+        ax.errorbar(x, g["pass@k"], yerr=err, marker="o", capsize=3, label=name)
+    ax.set(xlabel="k", ylabel="pass@k (95% bootstrap CI)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save_figure(fig, out["png"], out["pdf"])
+
+
+def _passk_notes(inputs: dict[str, list[str]]) -> list[str]:
+    s = read_json(inputs["result"][0])["settings"]
+    return [
+        f"First {s['problems']} HumanEval problems, {s['completions']} completions each "
+        f"(raw prompt, T = {s['temperature']}, top-p = {s['top_p']}, at most "
+        f"{s['max_new_tokens']} tokens, stopped at EOS or a blank line), the same seeds for "
+        "every method; verdicts from the sandboxed runner.",
+        "CIs: percentile bootstrap over problems; p_value: paired sign-flip test of the "
+        "difference from the first (classical) row on the same problems.",
+        "An exact speculative sampler emits the target's distribution, so no difference is "
+        "expected; sd_*_printed resamples rejections from the target (the document's "
+        "Algorithms 1-2 as printed), which is not exact.",
+    ]
+
+
+def passk_experiment(
+    item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]
+) -> None:
+    df = passk_frame(item, inputs)
+    paper = _paper(inputs, item["figure"])
+    pairs = zip(paper["metric"], paper["value"], strict=True)
+    drops = {int(m[4:].split("_")[0]): v for m, v in pairs if m.startswith("pass")}
+    df["drop_points (ours)"] = -100 * df["minus_baseline"]
+    df["drop_% (paper)"] = [drops.get(k) if m == item["methods"][1] else None
+                            for m, k in zip(df["method"], df["k"], strict=True)]  # fmt: skip
+    _passk_plot(df, out, f"Figure {item['figure']}: pass@k, Experiment {item['experiment']}")
+    notes = _passk_notes(inputs) + [
+        "drop_% (paper): the document's stated decrease of the "
+        "speculative method (Qwen2.5), beside our drop in points."
+    ]
+    _table(df, out, f"Figure {item['figure']} (ours beside the paper)", notes)
+
+
+def passk_methods(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    df = passk_frame(item, inputs)
+    _passk_plot(df, out, "Figure 9: classical, speculative and three-model sampling")
+    _table(
+        df,
+        out,
+        "Figure 9 (ours)",
+        _passk_notes(inputs)
+        + ["The document states no numbers for this figure ('slightly worse')."],
+    )
+
+
+# ---- MATH-500 ------------------------------------------------------------------------------------
+def math500(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    r = read_json(inputs["result"][0])
+    df = pd.DataFrame([{"method": m, "accuracy": a, "problems": r["n"]}
+                       for m, a in r["accuracy"].items()])  # fmt: skip
+    notes = [
+        f"Greedy answers of {item['target']} alone and with greedy speculative decoding "
+        f"({r['method']}), graded with math-verify; identical responses: "
+        f"{r['identical_responses']} of {r['n']} (greedy speculation must reproduce them).",
+        "The document reports no MATH-500 numbers.",
+    ]
+    _table(df, out, "MATH-500 accuracy, plain vs speculative", notes)

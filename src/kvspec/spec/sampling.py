@@ -1,0 +1,57 @@
+"""The sampling distribution both models of speculative sampling use: temperature, then top-p.
+
+Speculative sampling preserves whatever distribution the target is verified with, so the
+draft and the target must be warped alike: the emitted tokens then follow the *warped* target,
+exactly as plain top-p sampling would draw them. Classical sampling here draws from the same
+`warp`, one token per forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+
+def warp(logits: torch.Tensor, temperature: float = 1.0, top_p: float = 1.0) -> torch.Tensor:
+    """softmax(logits / temperature) restricted to the smallest set of most likely tokens whose
+    mass reaches `top_p` (ties broken by index), renormalised, in float64.  # (..., V)"""
+    if temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    if top_p >= 1:
+        return probs
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    before = torch.cumsum(sorted_p, dim=-1) - sorted_p  # mass of the tokens ranked above
+    keep_sorted = before < top_p  # the top token always stays
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(-1, keepdim=True)
+
+
+@torch.inference_mode()
+def sample_generate(
+    model: torch.nn.Module,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    eos_token_id: Sequence[int] = (),
+    seed: int = 0,
+) -> tuple[list[int], float]:
+    """Classical (autoregressive) sampling from `warp`, batch 1; (tokens, seconds)."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(seed)
+    stops, new = set(eos_token_id), []
+    start = time.perf_counter()
+    ids = torch.tensor([list(prompt)], device=model.device)  # (1, P)
+    cache = DynamicCache()
+    while len(new) < max_new_tokens and not (new and new[-1] in stops):
+        logits = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        probs = warp(logits.logits[0, -1].cpu(), temperature, top_p)
+        new.append(int(torch.multinomial(probs, 1, generator=gen)))
+        ids = torch.tensor([[new[-1]]], device=model.device)
+    return new, time.perf_counter() - start

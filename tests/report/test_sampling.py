@@ -1,0 +1,81 @@
+"""Document 004's report: pass@k with bootstrap intervals and paired tests, timing ratios."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvspec.io import write_json
+from kvspec.report import sampling as rs
+from kvspec.report.stats import bootstrap_ci, sign_flip_pvalue
+
+from ..conftest import REPO
+
+PAPER = str(REPO / "config/paper_results/specdec_qwen_figures_5_8.csv")
+
+
+def test_bootstrap_and_sign_flip() -> None:
+    lo, hi = bootstrap_ci([0.0, 1.0] * 20, 2000, seed=0)
+    assert lo < 0.5 < hi and hi - lo < 0.4
+    assert bootstrap_ci([0.3] * 5, 100, seed=0) == (pytest.approx(0.3), pytest.approx(0.3))
+    assert sign_flip_pvalue([1.0] * 8, 100, seed=0) == pytest.approx(2 / 256)
+    assert sign_flip_pvalue([1.0, -1.0] * 4, 100, seed=0) == 1.0
+    assert sign_flip_pvalue(list(np.linspace(0.1, 1, 30)), 4000, seed=0) < 0.01
+
+
+def _passk_file(path: Path, name: str, passed: dict[str, int], n: int = 4) -> str:
+    per_task = {t: {"n": n, "c": c, "pass@1": c / n, "pass@2": 1 - ((n - c) * (n - c - 1))
+                    / (n * (n - 1))} for t, c in passed.items()}  # fmt: skip
+    write_json(path / f"{name}.json", {
+        "method": name, "per_task": per_task, "pass@k": {"pass@1": 0, "pass@2": 0},
+        "settings": {"problems": len(passed), "completions": n, "temperature": 0.7,
+                     "top_p": 0.95, "max_new_tokens": 8},
+    })  # fmt: skip
+    return str(path / f"{name}.json")
+
+
+def test_pass_at_k_frame_and_figure(tmp_path: Path) -> None:
+    tasks = [f"t{i}" for i in range(6)]
+    files = [
+        _passk_file(tmp_path, "classical", dict.fromkeys(tasks, 2)),
+        _passk_file(tmp_path, "sd_B", dict.fromkeys(tasks, 2)),
+        _passk_file(tmp_path, "sd_B_printed", dict.fromkeys(tasks, 0)),
+    ]
+    item = {"figure": 8, "experiment": "B", "methods": ["classical", "sd_B", "sd_B_printed"],
+            "target": "target", "seed": 0, "bootstrap": 500}  # fmt: skip
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    rs.passk_experiment(item, {"result": files, "paper": [PAPER]}, out)
+    df = pd.read_csv(out["csv"])
+    same = df[(df["method"] == "sd_B") & (df["k"] == 1)].iloc[0]
+    assert same["minus_baseline"] == 0 and same["p_value"] == 1.0
+    assert same["drop_% (paper)"] == pytest.approx(1.7)
+    worse = df[(df["method"] == "sd_B_printed") & (df["k"] == 1)].iloc[0]
+    assert worse["drop_points (ours)"] == pytest.approx(50) and worse["p_value"] < 0.05
+    assert Path(out["png"]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_timing_ratios_beside_the_papers(tmp_path: Path) -> None:
+    summary = {"classical": {"s_per_token_mean": 0.2, "s_per_token_std": 0.01, "tok_s": 5.0,
+                             "latency_s": 1.0},
+               "sd_A": {"s_per_token_mean": 0.1, "s_per_token_std": 0.01, "tok_s": 10.0,
+                        "latency_s": 0.5}}  # fmt: skip
+    write_json(
+        tmp_path / "t.json",
+        {
+            "summary": summary,
+            "settings": {
+                "runs": 2,
+                "problems": 1,
+                "max_new_tokens": 8,
+                "temperature": 0.7,
+                "top_p": 0.95,
+            },
+        },
+    )
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    item = {"figure": 5, "experiment": "A", "methods": ["classical", "sd_A"], "target": "t"}
+    rs.timing_experiment(item, {"result": [str(tmp_path / "t.json")], "paper": [PAPER]}, out)
+    df = pd.read_csv(out["csv"]).set_index("metric")
+    assert float(df.loc["latency_reduction_x", "ours"]) == pytest.approx(2.0)
+    assert "2.8 (up to, 4.2.1)" in df.loc["latency_reduction_x", "paper"]

@@ -1,0 +1,121 @@
+# Stage sampling (document 004): speculative sampling with a draft model and three-model
+# speculative sampling on the target and its distilled drafts. The sweep and the timing rule
+# compare methods side by side in one process (threads: 2, alone on the machine); HumanEval
+# runs one job per method with the same seeds, verdicts from the sandboxed runner.
+
+
+if PLAN.sampling:
+
+    rule sampling_sweep:
+        input:
+            **PLAN.sampling.sweep_models(),
+            problems=PLAN.sampling.problems(),
+        output:
+            "results/sampling/sweep.json",
+        log:
+            "logs/sampling/sweep.log",
+        benchmark:
+            "benchmarks/sampling/sweep.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=60,
+            gpu=config["resources"]["gpus"],
+        params:
+            models=PLAN.sampling.sweep_models(),
+            target=config["sampling"]["target"],
+            method=PLAN.sampling.method(config["sampling"]["sweep"]["method"]),
+            settings=config["sampling"]["sweep"],
+            seed=config["seed"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+        script:
+            script_path("sampling_sweep.py")
+
+    rule sampling_humaneval:
+        input:
+            unpack(PLAN.sampling.humaneval_models),
+            problems=PLAN.sampling.problems(),
+        output:
+            "results/sampling/humaneval/{method}.json",
+        log:
+            "logs/sampling/humaneval/{method}.log",
+        benchmark:
+            "benchmarks/sampling/humaneval/{method}.tsv"
+        wildcard_constraints:
+            method=one_of(PLAN.sampling.humaneval_methods),
+        conda:
+            env_path("evaluation")
+        threads: 1
+        resources:
+            mem_mb=8000,
+            runtime=120,
+            gpu=config["resources"]["gpus"],
+        params:
+            models=PLAN.sampling.humaneval_models,
+            target=config["sampling"]["target"],
+            method=PLAN.sampling.humaneval_method,
+            settings=config["sampling"]["humaneval"],
+            seed=config["seed"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+        script:
+            script_path("sampling_humaneval.py")
+
+    rule sampling_timing:
+        input:
+            **PLAN.sampling.timing_models(),
+            problems=PLAN.sampling.problems(),
+        output:
+            "results/sampling/timing.json",
+        log:
+            "logs/sampling/timing.log",
+        benchmark:
+            "benchmarks/sampling/timing.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=60,
+            gpu=config["resources"]["gpus"],
+        params:
+            models=PLAN.sampling.timing_models(),
+            target=config["sampling"]["target"],
+            methods=PLAN.sampling.timing_methods(),
+            settings=config["sampling"]["timing"],
+            seed=config["seed"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+        script:
+            script_path("sampling_timing.py")
+
+    rule sampling_math500:
+        input:
+            **PLAN.sampling.math500_models(),
+            problems=PLAN.sampling.problems("math500"),
+        output:
+            "results/sampling/math500.json",
+        log:
+            "logs/sampling/math500.log",
+        benchmark:
+            "benchmarks/sampling/math500.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 1
+        resources:
+            mem_mb=8000,
+            runtime=60,
+            gpu=config["resources"]["gpus"],
+        params:
+            models=PLAN.sampling.math500_models(),
+            target=config["sampling"]["target"],
+            method=PLAN.sampling.method(config["sampling"]["math500"]["method"]),
+            settings=config["sampling"]["math500"],
+            seed=config["seed"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+        script:
+            script_path("sampling_math500.py")
