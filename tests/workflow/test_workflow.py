@@ -129,7 +129,19 @@ def test_config_edit_reruns_only_what_it_touches(ci_run: Path, tmp_path: Path) -
     # the draft's config.json); generation, indexes and acceptance do not.
     spec_jobs = {"specdecode_speed": 2, "report_spec_speed": 1}
     drafts = {"specdecode_draft_quality": 1, "report_draft_quality": 1, "report_models": 1}
-    assert jobs == {"models_distil": 1, "all": 1, **spec_jobs, **drafts}
+    # Document 004 drafts with it everywhere except classical sampling (whose HumanEval job
+    # stays), and so does the lecture's measured speculative example; its other examples don't.
+    sampling = {
+        "sampling_sweep": 1,
+        "sampling_timing": 1,
+        "sampling_math500": 1,
+        "sampling_humaneval": 4,
+        "lecture_speculative": 1,
+        "report_lecture_speculative": 1,
+    }
+    figures = {f"report_specdec_qwen_figure_{i}": 1 for i in range(1, 11)}
+    figures["report_specdec_qwen_math500"] = 1
+    assert jobs == {"models_distil": 1, "all": 1, **spec_jobs, **drafts, **sampling, **figures}
 
 
 def test_bad_config_stops_before_any_job(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from transformers import DynamicCache
 
 from kvspec.care.pipeline import kv_cache_widths
 from kvspec.io import write_json
+from kvspec.models.deepseek_absorbed import absorb
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 
@@ -119,14 +120,17 @@ def decode_speed_stage(
     dtype: str = "float32",
     threads: int | None = None,
 ) -> None:
-    """Measure every model directory in `models` ({label: dir}, the GQA original first); rows
+    """Measure every model directory in `models` ({label: dir}, the GQA original first; a
+    DeepSeek-V3-layout model decodes with `kvspec.models.deepseek_absorbed`); rows
     carry tok/s and cache bytes relative to the first model at the same context, and the
     numbers per token the architecture needs (`layout_numbers_per_token`) beside the bytes
     measured on the real cache."""
     use_threads(threads)
     loaded, layout, vocab = {}, {}, None
+    absorbed = {}
     for label, path in models.items():
         loaded[label], tok = load_model(path, dtype=dtype, device=device)
+        absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
         layout[label] = kv_cache_widths(loaded[label])["cached"]
         vocab = vocab or len(tok)
         _check_context(label, loaded[label].config, max(contexts) + new_tokens)
@@ -136,6 +140,7 @@ def decode_speed_stage(
     for row in rows:
         ref_row = ref[row["context"]]
         row["layout_numbers_per_token"] = layout[row["model"]]
+        row["absorbed"] = absorbed[row["model"]]
         row["vs_gqa"] = row["tok_s"] / ref_row["tok_s"]
         row["cache_vs_gqa"] = row["cache_bytes_per_token"] / ref_row["cache_bytes_per_token"]
         log.info(

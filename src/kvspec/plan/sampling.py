@@ -29,6 +29,11 @@ class SamplingPlan:
         self.methods: dict[str, dict[str, Any]] = self.sampling["methods"]
         self.humaneval_methods: list[str] = self.sampling["humaneval"]["methods"]
 
+    def settings(self, stage: str) -> dict[str, Any]:
+        """A stage's settings with the block's shared prompt format and HumanEval task ids."""
+        shared = {k: self.sampling[k] for k in ("prompt_format", "task_ids")}
+        return {**self.sampling[stage], **shared}
+
     def method(self, name: str) -> dict[str, Any]:
         return dict(self.methods[name])
 

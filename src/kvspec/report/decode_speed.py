@@ -10,12 +10,12 @@ from kvspec.io import read_json
 from kvspec.report.tables import write_table
 
 COLUMNS = ["model", "context", "tok_s", "vs_gqa", "spread", "cache_bytes_per_token",
-           "cache_vs_gqa", "layout_numbers_per_token"]  # fmt: skip
+           "cache_vs_gqa", "layout_numbers_per_token", "absorbed"]  # fmt: skip
 
 
 def decode_speed_table(record: dict[str, Any]) -> pd.DataFrame:
     """Rows by context, then in the measured order of models (the original first)."""
-    df = pd.DataFrame(record["rows"])[COLUMNS]
+    df = pd.DataFrame(record["rows"]).reindex(columns=COLUMNS)  # older records: no "absorbed"
     return df.sort_values("context", kind="stable").reset_index(drop=True)
 
 
@@ -28,9 +28,12 @@ def notes(record: dict[str, Any]) -> list[str]:
         "across models; tok_s is the median (prefill excluded), spread = (max - min) / median.",
         "cache_bytes_per_token is measured on the real cache after the prefill; "
         "layout_numbers_per_token is what the architecture needs per token (summed over "
-        "layers). The restored DeepSeek-V3 checkpoints run through transformers' reference "
-        "modeling, which caches the latent and RoPE key but rebuilds every head's K and V "
-        "from the latent at each step (no absorption).",
+        "layers). absorbed: the restored DeepSeek-V3 checkpoint decodes over its latent cache "
+        "(kvspec.models.deepseek_absorbed: W_UK folded into the query, W_UV applied after "
+        "attention); transformers' reference modeling would rebuild every head's K and V from "
+        "the latent at each step. The CARE conversion (RoPE on the whole key) cannot fold W_UK "
+        "into the query, so it rebuilds its keys from the latent at every step and folds only "
+        "W_UV (kvspec.models.modeling_mla).",
         "No paper numbers: the thesis reports no decode speeds for CARE.",
     ]
 

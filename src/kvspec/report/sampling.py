@@ -215,13 +215,26 @@ def _passk_plot(df: pd.DataFrame, out: dict[str, str], title: str) -> None:
     save_figure(fig, out["png"], out["pdf"])
 
 
+CHOSEN = (
+    "The problems were chosen (sampling.task_ids; the config says how): absolute pass@k is not "
+    "HumanEval's, only the comparison between methods is."
+)
+
+
 def _passk_notes(inputs: dict[str, list[str]]) -> list[str]:
-    s = read_json(inputs["result"][0])["settings"]
+    r = read_json(inputs["result"][0])
+    s, tasks = r["settings"], list(r["per_task"])
+    prompts = {
+        "completion": "the raw stub continued, stopped at EOS or a blank line",
+        "chat": "the stub in a user turn, the answer opened with a code fence and stopped at "
+        "EOS or the closing fence",
+    }
+    prompt = prompts[s.get("prompt_format", "completion")]
     return [
-        f"First {s['problems']} HumanEval problems, {s['completions']} completions each "
-        f"(raw prompt, T = {s['temperature']}, top-p = {s['top_p']}, at most "
-        f"{s['max_new_tokens']} tokens, stopped at EOS or a blank line), the same seeds for "
-        "every method; verdicts from the sandboxed runner.",
+        f"HumanEval {', '.join(tasks)}: {s['completions']} completions each ({prompt}; "
+        f"T = {s['temperature']}, top-p = {s['top_p']}, at most {s['max_new_tokens']} tokens), "
+        "the same seeds for every method; verdicts from the sandboxed runner.",
+        *([CHOSEN] if s.get("task_ids") else []),
         "CIs: percentile bootstrap over problems; p_value: paired sign-flip test of the "
         "difference from the first (classical) row on the same problems.",
         "An exact speculative sampler emits the target's distribution, so no difference is "

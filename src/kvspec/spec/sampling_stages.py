@@ -22,14 +22,57 @@ from kvspec.spec.sampling_methods import Sample, Settings, make_sampler
 log = logging.getLogger(__name__)
 
 
-def blank_line_ids(tokenizer: Any) -> list[int]:
-    """Token ids whose text holds a blank line ("\\n\\n"): the document stops there."""
-    return [i for i in range(len(tokenizer)) if "\n\n" in tokenizer.decode([i])]
+INSTRUCTION = (
+    "Complete the following Python function. Reply with the complete function in one Python "
+    "code block.\n"
+)
+FENCE = "```"
 
 
-def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
-    """The generated text up to its first blank line (EOS and special tokens dropped)."""
-    return tokenizer.decode(list(tokens), skip_special_tokens=True).split("\n\n")[0]
+def code_prompt(tokenizer: Any, problem: dict[str, Any], fmt: str) -> list[int]:
+    """Prompt ids of a HumanEval problem. "completion": the raw function stub, continued (the
+    document's setting, for base models). "chat": the stub in one user turn asking for the
+    whole function, the answer opened with a Python code fence (instruct models)."""
+    if fmt == "completion":
+        return tokenizer(problem["prompt"])["input_ids"]
+    if fmt != "chat":
+        raise ValueError(f"prompt format must be 'completion' or 'chat', not {fmt!r}")
+    from kvspec.spec.generate import prompt_ids
+
+    ids = prompt_ids(tokenizer, f"{INSTRUCTION}{FENCE}python\n{problem['prompt']}{FENCE}")
+    return ids + tokenizer.encode(f"{FENCE}python\n", add_special_tokens=False)
+
+
+def code_stops(tokenizer: Any, fmt: str) -> list[int]:
+    """Token ids that end a code answer: a blank line ("completion", as the document stops) or
+    the closing code fence ("chat")."""
+    mark = "\n\n" if fmt == "completion" else FENCE
+    return [i for i in range(len(tokenizer)) if mark in tokenizer.decode([i])]
+
+
+def completion_text(tokenizer: Any, tokens: Sequence[int], fmt: str) -> str:
+    """What follows the problem's stub in the checked program: the generated text up to its
+    first blank line ("completion"), or the code block's content on a new line ("chat")."""
+    text = tokenizer.decode(list(tokens), skip_special_tokens=True)
+    if fmt == "completion":
+        return text.split("\n\n")[0]
+    return "\n" + text.split(FENCE)[0]
+
+
+def chosen_problems(path: str, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The first `problems` of `settings["task_ids"]` (in that order) when ids are given, else
+    the first `problems` records."""
+    records, n = list(read_jsonl(path)), settings["problems"]
+    ids = settings.get("task_ids")
+    if not ids:
+        return records[:n]
+    by_id = {r["task_id"]: r for r in records}
+    missing = [t for t in ids if t not in by_id]
+    if missing:
+        raise ValueError(f"{path}: no HumanEval problems {missing}")
+    if len(ids) < n:
+        raise ValueError(f"{n} problems asked for but sampling.task_ids lists {len(ids)}")
+    return [by_id[t] for t in ids[:n]]
 
 
 def _load(models: Mapping[str, str], dtype: str, device: str) -> dict[str, torch.nn.Module]:
@@ -81,8 +124,9 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
     use_threads(threads)
     loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
     roles = _roles(method, target, loaded)
-    prompts = [tok(r["prompt"])["input_ids"] for r in read_jsonl(problems)][: settings["problems"]]
-    stops = stop_ids(roles["target"], tok)
+    fmt = settings["prompt_format"]
+    prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
+    stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
 
     def run(k: int, temperature: float, prompt: list[int], run_seed: int) -> dict[str, Any]:
         s = _settings({**settings, "temperature": temperature}, {**method, "k": k}, stops)
@@ -112,17 +156,17 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     use_threads(threads)
     loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
     roles = _roles(method, target, loaded)
-    chosen = list(read_jsonl(problems))[: settings["problems"]]
-    stops = [*stop_ids(roles["target"], tok), *blank_line_ids(tok)]
+    chosen, fmt = chosen_problems(problems, settings), settings["prompt_format"]
+    stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
     sampler = make_sampler(method["kind"], roles, _settings(settings, method, stops))
     samples, runs = {}, []
     bar = tqdm(total=len(chosen) * settings["completions"], desc=label, mininterval=10)
     for p, problem in enumerate(chosen):
-        prompt = tok(problem["prompt"])["input_ids"]
+        prompt = code_prompt(tok, problem, fmt)
         texts = []
         for c in range(settings["completions"]):
             sample = sampler(prompt, seed + 1000 * p + c)
-            texts.append(completion_text(tok, sample.tokens))
+            texts.append(completion_text(tok, sample.tokens, fmt))
             runs.append({"task_id": problem["task_id"], "completion": texts[-1], **_row(sample)})
             bar.update()
         samples[problem["task_id"]] = texts
@@ -143,8 +187,9 @@ def timing_stage(models: Mapping[str, str], problems: str, out: str, *, target: 
     a discarded warm-up: latency per sample, time per token, throughput (mean, std)."""
     use_threads(threads)
     loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
-    prompts = [tok(r["prompt"])["input_ids"] for r in read_jsonl(problems)][: settings["problems"]]
-    stops = stop_ids(next(iter(loaded.values())), tok)
+    fmt = settings["prompt_format"]
+    prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
+    stops = [*stop_ids(next(iter(loaded.values())), tok), *code_stops(tok, fmt)]
     samplers = {name: make_sampler(m["kind"], _roles(m, target, loaded),
                                    _settings(settings, m, stops))
                 for name, m in methods.items()}  # fmt: skip

@@ -1,0 +1,86 @@
+"""DeepSeek-V3 attention decoding in the latent space (weight absorption), for the models that
+`kvspec.care.restore` writes in DeepSeek-V3 layout.
+
+transformers' `DeepseekV3Attention` caches what MLA caches — the normalised latent c (r numbers)
+and the RoPE key k_rot (R numbers) per token — but at every step expands every cached position
+back to per-head keys and values (`kv_b_proj` over the whole context). With W_UK_h and W_UV_h
+the per-head slices of `kv_b_proj`, the position-free part of a score is
+q_h · (W_UK_h c) = (W_UK_hᵀ q_h) · c and the output is W_UV_h (Σ_t a_t c_t). So attention runs
+over the cache itself, as one key (c ‖ k_rot) and one value (c) shared by all heads, and
+W_UV is applied per head afterwards: the same logits up to round-off, without the expansion.
+Steps feeding at most `MAX_QUERY` tokens (decoding, draft verification) take this path; a
+longer prefill keeps transformers' own.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+MAX_QUERY = 32
+
+
+def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    """(q, T) True where query i (the last q of T positions) may attend key j."""
+    rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
+    return torch.arange(kv_len, device=device)[None, :] <= rows
+
+
+def absorbed_forward(
+    self: Any,
+    hidden_states: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    attention_mask: torch.Tensor | None,
+    past_key_values: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """A drop-in `DeepseekV3Attention.forward` that attends over the latent cache."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as ds
+
+    b, q_len = hidden_states.shape[:-1]
+    if past_key_values is None or q_len > MAX_QUERY:
+        return type(self).forward(self, hidden_states, position_embeddings, attention_mask,
+                                  past_key_values, **kwargs)  # fmt: skip
+    if self.q_lora_rank is None:
+        q = self.q_proj(hidden_states)
+    else:
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+    q = q.view(b, q_len, self.num_heads, self.qk_head_dim).transpose(1, 2)  # (B, H, q, d)
+    q_pass, q_rot = torch.split(q, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+    kv, k_rot = torch.split(self.kv_a_proj_with_mqa(hidden_states),
+                            [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)  # fmt: skip
+    kv = self.kv_a_layernorm(kv).view(b, 1, q_len, self.kv_lora_rank)  # (B, 1, q, r)
+    k_rot = k_rot.view(b, 1, q_len, self.qk_rope_head_dim)  # (B, 1, q, R)
+    cos, sin = position_embeddings
+    rope = (
+        ds.apply_rotary_pos_emb_interleave
+        if self.config.rope_interleave
+        else ds.apply_rotary_pos_emb
+    )
+    q_rot, k_rot = rope(q_rot, k_rot, cos, sin)
+    kv, k_rot = past_key_values.update(kv, k_rot, self.layer_idx)  # (B, 1, T, r), (B, 1, T, R)
+    w = self.kv_b_proj.weight.view(self.num_heads, -1, self.kv_lora_rank)  # (H, nope + v, r)
+    w_uk, w_uv = w[:, : self.qk_nope_head_dim], w[:, self.qk_nope_head_dim :]
+    query = torch.cat([torch.einsum("bhqn,hnr->bhqr", q_pass, w_uk), q_rot], dim=-1)
+    key = torch.cat([kv, k_rot], dim=-1)  # (B, 1, T, r + R)
+    mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
+    if mask is None and q_len > 1:
+        mask = _causal_mask(q_len, key.shape[-2], key.device)
+    out = F.scaled_dot_product_attention(query, key, kv, attn_mask=mask, scale=self.scaling,
+                                         enable_gqa=True)  # (B, H, q, r)  # fmt: skip
+    out = torch.einsum("bhqr,hvr->bqhv", out, w_uv).reshape(b, q_len, -1)  # (B, q, H·v)
+    return self.o_proj(out), None
+
+
+def absorb(model: torch.nn.Module) -> int:
+    """Give every DeepSeek-V3 attention layer of `model` the absorbed decoding path; returns
+    how many layers changed (0 for other architectures)."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Attention
+
+    layers = [m for m in model.modules() if isinstance(m, DeepseekV3Attention)]
+    for attention in layers:
+        attention.forward = types.MethodType(absorbed_forward, attention)
+    return len(layers)

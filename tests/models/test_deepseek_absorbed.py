@@ -1,0 +1,50 @@
+"""Absorbed DeepSeek-V3 decoding gives transformers' logits (prefill, one-token steps and
+multi-token verification steps over a cache), in float64."""
+
+import pytest
+import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
+
+from kvspec.models.deepseek_absorbed import absorb
+
+
+def _tiny(seed: int, interleave: bool) -> DeepseekV3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = DeepseekV3Config(
+        vocab_size=64, hidden_size=48, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, first_k_dense_replace=2, num_attention_heads=4,
+        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=12, qk_nope_head_dim=8,
+        qk_rope_head_dim=4, v_head_dim=6, max_position_embeddings=128,
+        rope_interleave=interleave,
+    )  # fmt: skip
+    return DeepseekV3ForCausalLM(cfg).double().eval()
+
+
+@torch.inference_mode()
+def _steps(model, ids: torch.Tensor, feeds: list[int]) -> list[torch.Tensor]:
+    """Logits of a prefill of ids[:, :p] then of each feed of the next tokens."""
+    cache, out, at = DynamicCache(), [], feeds[0]
+    out.append(model(input_ids=ids[:, :at], past_key_values=cache, use_cache=True).logits)
+    for n in feeds[1:]:
+        out.append(
+            model(input_ids=ids[:, at : at + n], past_key_values=cache, use_cache=True).logits
+        )
+        at += n
+    return out
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_absorbed_equals_expanded(interleave: bool) -> None:
+    ids = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(1))
+    feeds = [7, 1, 1, 4, 1, 6]
+    reference = _steps(_tiny(0, interleave), ids, feeds)
+    model = _tiny(0, interleave)
+    assert absorb(model) == 2
+    for got, want in zip(_steps(model, ids, feeds), reference, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_other_architectures_are_untouched() -> None:
+    from tests.tiny import tiny_llama
+
+    assert absorb(tiny_llama(0)) == 0
