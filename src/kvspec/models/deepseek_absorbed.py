@@ -6,8 +6,9 @@ and the RoPE key k_rot (R numbers) per token — but at every step expands every
 back to per-head keys and values (`kv_b_proj` over the whole context). With W_UK_h and W_UV_h
 the per-head slices of `kv_b_proj`, the position-free part of a score is
 q_h · (W_UK_h c) = (W_UK_hᵀ q_h) · c and the output is W_UV_h (Σ_t a_t c_t). So attention runs
-over the cache itself, as one key (c ‖ k_rot) and one value (c) shared by all heads, and
-W_UV is applied per head afterwards: the same logits up to round-off, without the expansion.
+over the cache itself, as one key (c ‖ k_rot) and one value (c) shared by all heads (the heads'
+queries stacked as rows of one attention, so the cache is read once per step, never copied per
+head), and W_UV is applied per head afterwards: the same logits up to round-off, without the expansion.
 Steps feeding at most `MAX_QUERY` tokens (decoding, draft verification) take this path; a
 longer prefill keeps transformers' own.
 """
@@ -68,9 +69,15 @@ def absorbed_forward(
     key = torch.cat([kv, k_rot], dim=-1)  # (B, 1, T, r + R)
     mask = attention_mask[:, :, :, : key.shape[-2]] if attention_mask is not None else None
     if mask is None and q_len > 1:
-        mask = _causal_mask(q_len, key.shape[-2], key.device)
-    out = F.scaled_dot_product_attention(query, key, kv, attn_mask=mask, scale=self.scaling,
-                                         enable_gqa=True)  # (B, H, q, r)  # fmt: skip
+        mask = _causal_mask(q_len, key.shape[-2], key.device)[None, None]
+    # All heads share one key and value: attend as a single head with H·q query rows, so the
+    # cache is read once and never repeated per head (row h·q + i is head h, query i).
+    heads = self.num_heads
+    query = query.reshape(b, 1, heads * q_len, query.shape[-1])
+    if mask is not None:
+        mask = mask.repeat(1, 1, heads, 1)  # (B or 1, 1, H·q, T)
+    out = F.scaled_dot_product_attention(query, key, kv, attn_mask=mask, scale=self.scaling)
+    out = out.view(b, heads, q_len, self.kv_lora_rank)  # (B, H, q, r)
     out = torch.einsum("bhqr,hvr->bqhv", out, w_uv).reshape(b, q_len, -1)  # (B, q, H·v)
     return self.o_proj(out), None
 
