@@ -8,7 +8,8 @@ the per-head slices of `kv_b_proj`, the position-free part of a score is
 q_h · (W_UK_h c) = (W_UK_hᵀ q_h) · c and the output is W_UV_h (Σ_t a_t c_t). So attention runs
 over the cache itself, as one key (c ‖ k_rot) and one value (c) shared by all heads (the heads'
 queries stacked as rows of one attention, so the cache is read once per step, never copied per
-head), and W_UV is applied per head afterwards: the same logits up to round-off, without the expansion.
+head), and W_UV is applied per head afterwards: the same logits up to round-off, without the
+expansion.
 Steps feeding at most `MAX_QUERY` tokens (decoding, draft verification) take this path; a
 longer prefill keeps transformers' own.
 """
@@ -19,7 +20,6 @@ import types
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 MAX_QUERY = 32
 
@@ -28,6 +28,19 @@ def _causal_mask(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
     """(q, T) True where query i (the last q of T positions) may attend key j."""
     rows = torch.arange(q_len, device=device)[:, None] + (kv_len - q_len)
     return torch.arange(kv_len, device=device)[None, :] <= rows
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+            mask: torch.Tensor | None, scale: float) -> torch.Tensor:  # fmt: skip
+    """softmax(q kᵀ · scale + mask) v for one head (B, 1, n, ·) as two matmuls: on CPU this is
+    about twice as fast as SDPA's kernel for one head with few query rows (measured at 8k
+    keys). A boolean mask is True where attending is allowed; a float mask is added."""
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # (B, 1, n, T)
+    if mask is not None:
+        scores = (
+            scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        )
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
 
 
 def absorbed_forward(
@@ -76,7 +89,7 @@ def absorbed_forward(
     query = query.reshape(b, 1, heads * q_len, query.shape[-1])
     if mask is not None:
         mask = mask.repeat(1, 1, heads, 1)  # (B or 1, 1, H·q, T)
-    out = F.scaled_dot_product_attention(query, key, kv, attn_mask=mask, scale=self.scaling)
+    out = _attend(query, key, kv, mask, self.scaling)
     out = out.view(b, heads, q_len, self.kv_lora_rank)  # (B, H, q, r)
     out = torch.einsum("bhqr,hvr->bqhv", out, w_uv).reshape(b, q_len, -1)  # (B, q, H·v)
     return self.o_proj(out), None
