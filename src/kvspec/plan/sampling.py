@@ -30,9 +30,13 @@ class SamplingPlan:
         self.humaneval_methods: list[str] = self.sampling["humaneval"]["methods"]
 
     def settings(self, stage: str) -> dict[str, Any]:
-        """A stage's settings with the block's shared prompt format and HumanEval task ids."""
+        """A stage's settings with the block's shared prompt format and HumanEval task ids.
+        HumanEval runs one job per method, so its method list is not a job's setting (adding a
+        method must not rerun the others)."""
         shared = {k: self.sampling[k] for k in ("prompt_format", "task_ids")}
-        return {**self.sampling[stage], **shared}
+        own = {k: v for k, v in self.sampling[stage].items()
+               if not (stage == "humaneval" and k == "methods")}  # fmt: skip
+        return {**own, **shared}
 
     def method(self, name: str) -> dict[str, Any]:
         return dict(self.methods[name])
