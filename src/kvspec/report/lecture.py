@@ -31,7 +31,9 @@ def _row(quantity: str, setting: str, ours: Any, paper: Any = None, note: str = 
 
 
 def _write(rows: list[Row], out: dict[str, str], title: str, notes: list[str]) -> None:
-    write_table(pd.DataFrame(rows), out["csv"], out["md"], title, notes)
+    df = pd.DataFrame(rows)
+    df["paper"] = df["paper"].astype(object).where(df["paper"].notna(), "")  # no paper number
+    write_table(df, out["csv"], out["md"], title, notes)
 
 
 def _limited(intensity: float, ridge: float) -> str:
@@ -211,8 +213,8 @@ def render_quantization(item: dict[str, Any], inputs: dict[str, list[str]],
     for m in r["model"]:
         name = names[m["method"]]
         for col, metric in m["metrics"].items():
-            se = f" ± {metric['stderr']:.3g}" if metric["stderr"] is not None else ""
-            alpha = f"; mean alpha {m['alpha_mean']:.2f}" if m["alpha_mean"] is not None else ""
+            se = f"SE ± {metric['stderr']:.3g}" if metric["stderr"] is not None else ""
+            alpha = f"mean alpha {m['alpha_mean']:.2f}" if m["alpha_mean"] is not None else ""
             bits = "fp32" if m["bits"] is None else f"{m['bits']}-bit"
             rows.append(
                 _row(
@@ -220,7 +222,7 @@ def render_quantization(item: dict[str, Any], inputs: dict[str, list[str]],
                     f"{item['model']}, {bits}, {name}",
                     metric["value"],
                     ppl_paper.get(name),
-                    note=f"SE{se}{alpha}" if se else alpha,
+                    note="; ".join(x for x in (se, alpha) if x),
                 )
             )
     notes = [
