@@ -79,3 +79,11 @@ def test_timing_ratios_beside_the_papers(tmp_path: Path) -> None:
     df = pd.read_csv(out["csv"]).set_index("metric")
     assert float(df.loc["latency_reduction_x", "ours"]) == pytest.approx(2.0)
     assert "2.8 (up to, 4.2.1)" in df.loc["latency_reduction_x", "paper"]
+
+
+def test_notes_name_the_chosen_problems() -> None:
+    from kvspec.report.sampling import _which_problems
+
+    chosen = {"problems": 2, "task_ids": ["HumanEval/7", "HumanEval/22", "HumanEval/29"]}
+    assert _which_problems(chosen) == "HumanEval HumanEval/7, HumanEval/22"
+    assert _which_problems({"problems": 2, "task_ids": []}) == "the first 2 HumanEval prompts"

@@ -56,12 +56,17 @@ def _heatmaps(g: pd.DataFrame, columns: dict[str, str], out: dict[str, str], tit
     save_figure(fig, out["png"], out["pdf"])
 
 
+def _which_problems(settings: dict[str, Any]) -> str:
+    """The HumanEval prompts a stage used (`sampling.task_ids` or the dataset's first ones)."""
+    n, ids = settings["problems"], settings.get("task_ids") or []
+    return f"HumanEval {', '.join(ids[:n])}" if ids else f"the first {n} HumanEval prompts"
+
+
 def _sweep_notes(item: dict[str, Any], inputs: dict[str, list[str]]) -> list[str]:
     r = read_json(inputs["result"][0])
     return [
-        f"Speculative sampling {r['method']} on {item['target']}, first "
-        f"{r['settings']['problems']} HumanEval prompts, "
-        f"{r['settings']['max_new_tokens']} new tokens per run.",
+        f"Speculative sampling {r['method']} on {item['target']}, "
+        f"{_which_problems(r['settings'])}, {r['settings']['max_new_tokens']} new tokens per run.",
         "accepted_share = prefix-accepted drafts / drafted (the usual rate); passing_share = "
         "expected share of drafts passing min(1, p/q) on their own, rejected prefix or not "
         "(the document's count). The document states no numbers for this figure.",
@@ -153,7 +158,7 @@ def timing_experiment(item: dict[str, Any], inputs: dict[str, list[str]],
     save_figure(fig, out["png"], out["pdf"])
     notes = [
         f"Batch 1, interleaved runs in one process, {r['settings']['runs']} runs x "
-        f"{r['settings']['problems']} HumanEval prompts x {r['settings']['max_new_tokens']} "
+        f"{_which_problems(r['settings'])} x {r['settings']['max_new_tokens']} "
         f"new tokens, T = {r['settings']['temperature']}, top-p = {r['settings']['top_p']}.",
         "paper = the document's stated ratios (Qwen2.5); ours on the study's models.",
     ]
