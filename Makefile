@@ -1,5 +1,6 @@
 # The two commands. Each creates .venv when it is missing.
-#   make reproduce   run the whole study at the mini scale (config/config.yaml)
+#   make reproduce   run the whole study at the mini scale (config/config.yaml);
+#                    TARGET=thesis (or specdec_qwen, lecture) runs one document
 #   make test        run the test suite (unit tests + the whole DAG at ci scale)
 PYTHON ?= python3
 VENV := .venv
@@ -7,6 +8,7 @@ BIN := $(VENV)/bin
 # The offline dataset mirror, when it sits beside the repository.
 MIRROR := $(wildcard ../shared/data)
 MIRROR_ARG := $(if $(MIRROR),--config "data={'mirror': '$(abspath $(MIRROR))'}",)
+TARGET ?=
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 
 .PHONY: reproduce test report clean-results
@@ -22,7 +24,7 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 	touch $@
 
 reproduce: $(VENV)/.installed
-	$(BIN)/snakemake --cores all $(MIRROR_ARG)
+	$(BIN)/snakemake $(TARGET) --cores all $(MIRROR_ARG)
 
 report: $(VENV)/.installed
 	$(BIN)/snakemake --cores all $(MIRROR_ARG) --report results/report.html

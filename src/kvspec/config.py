@@ -238,9 +238,11 @@ def _check_care_models(config: Mapping[str, Any], care: Mapping[str, Any]) -> No
     for key, model in models:
         if model not in config["models"]:
             raise ConfigError(f"config key '{key}': unknown model {model!r}")
-    for _, model in models:
+    for key, model in models:
         width = kv_width(config, model)
         resolve_ranks(care["ranks"], width, "care.ranks")
+        if care["alt_ranks"] is not None and key == "care.alt_model":
+            resolve_ranks(care["alt_ranks"], width, "care.alt_ranks")
         for sweep in ("table_3_4", "table_3_5", "figure_3_3", "figure_3_4"):
             resolve_ranks(care[sweep]["ranks"], width, f"care.{sweep}.ranks")
     fig = care["figure_3_1"]

@@ -23,8 +23,8 @@ EXPECTED_JOBS = {
            "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
            "pretrain_train": 2, "models_distil": 1, "specdecode_draft_quality": 1,
            "report_draft_quality": 1},
-    "config": {"evaluate_lmeval": 50, "evaluate_original": 2, "evaluate_healed": 8,
-               "convert_mla": 50, "convert_allocate": 37, "convert_sensitivity": 16,
+    "config": {"evaluate_lmeval": 44, "evaluate_original": 2, "evaluate_healed": 8,
+               "convert_mla": 44, "convert_allocate": 31, "convert_sensitivity": 16,
                "convert_factorize": 12, "covariance_collect": 10, "ngram_index": 8,
                "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8},
     "paper": {"evaluate_lmeval": 81, "evaluate_original": 2, "evaluate_healed": 8,
@@ -41,7 +41,7 @@ EXPECTED_JOBS = {
 # timing, MATH-500 and one HumanEval job per method, with its ten figures and a table (issue 14)
 # mini: Figure 3.4 sweeps two sample counts and two lengths (was three each): 10 jobs fewer;
 # HumanEval without the printed variant at mini: one job fewer
-TOTALS = {"ci": 198, "config": 298, "paper": 1171}
+TOTALS = {"ci": 198, "config": 280, "paper": 1171}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -100,7 +100,7 @@ def test_columns_of_each_evaluation(plans) -> None:
     cols = plan.evaluate.columns
     every = set(plan.config["care"]["columns"])  # mini: the columns with signal, not all tasks
     assert every < set(plan.config["eval"]["tasks"])
-    for row in plan.care.table_rows("target"):
+    for row in plan.care.table_rows("table_3_1"):
         assert cols[("target", row["variant"])] == every
     only_3_4 = [r["variant"] for r in plan.care.table_3_4_rows() if r["label"] == "c4"]
     assert cols[("target", only_3_4[0])] == set(plan.config["care"]["table_3_4"]["columns"])
@@ -117,6 +117,21 @@ def test_adding_one_rank_adds_exactly_its_variants(configs, schema, plans) -> No
     assert {v.plan.value for _, v in new} == {16}  # 0.5 of g_h·d_h = 32
     grew = {r for r, jobs in after.jobs().items() if len(jobs) != len(before.jobs()[r])}
     assert grew == {"evaluate_lmeval", "convert_mla", "convert_allocate"}
+
+
+def test_alt_ranks_set_table_3_2_alone(configs, schema, plans) -> None:
+    """care.alt_ranks gives Table 3.2 its own ranks; Table 3.1 keeps care.ranks; null = same."""
+    mini = plans["config"].care
+    assert {r["rank"] for r in mini.table_rows("table_3_2")} == {None, 64, 128}  # of 256
+    assert {r["rank"] for r in mini.table_rows("table_3_1")} == {None, 12, 24, 48, 96}
+    ci = plans["ci"].care
+    assert ci.config["care"]["alt_ranks"] is None
+    ranks = [{r["rank"] for r in ci.table_rows(t)} for t in ("table_3_1", "table_3_2")]
+    assert ranks[0] == ranks[1]
+    after = edited(configs["ci"], schema, "care", "alt_ranks", {"ranks": [8]})
+    assert {r["rank"] for r in after.care.table_rows("table_3_2")} == {None, 8}
+    gone = set(plans["ci"].evaluate.columns) - set(after.evaluate.columns)
+    assert gone and {m for m, _ in gone} == {"target_alt"}
 
 
 def test_changing_a_tables_columns_changes_only_its_evaluations(configs, schema, plans) -> None:

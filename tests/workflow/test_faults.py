@@ -57,6 +57,11 @@ BAD_CONFIGS = {
     "wrong type": ("seed", "zero", "config key 'seed'"),
     "negative rank": ("care.ranks", {"ranks": [-4]}, "config key 'care.ranks.ranks.0'"),
     "rank above g_h*d_h": ("care.ranks", {"ranks": [4, 64]}, "g_h·d_h=32"),
+    "Table 3.2 rank above g_h*d_h": (
+        "care.alt_ranks",
+        {"ranks": [64]},
+        "config key 'care.alt_ranks': ranks [64] must lie in [1, g_h·d_h=32]",
+    ),
     "fraction above 1": ("care.ranks", {"fractions": [1.5]}, "config key 'care.ranks.fractions.0'"),
     "unknown CARE method": ("care.methods", ["care-magic"], "config key 'care.methods.0'"),
     "unknown decoding method": (

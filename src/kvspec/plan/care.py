@@ -52,21 +52,35 @@ class CarePlan:
         return Calib(label or cal["default"], n or cal["n_samples"], t or cal["seq_len"])
 
     def ranks(self, model: str, block: str | None) -> list[int]:
-        """The integer ranks of `care.ranks` (block None) or `care.<block>.ranks` for `model`."""
-        spec = self.care["ranks"] if block is None else self.care[block]["ranks"]
-        key = "care.ranks" if block is None else f"care.{block}.ranks"
+        """The integer ranks of `care.ranks` (block None) or `care.<block>.ranks` for `model`;
+        block "alt_ranks" is Table 3.2's own `care.alt_ranks`."""
+        if block == "alt_ranks":
+            spec, key = self.care["alt_ranks"], "care.alt_ranks"
+        else:
+            spec = self.care["ranks"] if block is None else self.care[block]["ranks"]
+            key = "care.ranks" if block is None else f"care.{block}.ranks"
         return resolve_ranks(spec, kv_width(self.config, model), key)
+
+    def table_model(self, name: str) -> str:
+        """The model of Table 3.1 (`care.model`) or 3.2 (`care.alt_model`)."""
+        model = self.main if name == "table_3_1" else self.alt
+        if model is None:
+            raise ValueError(f"{name} has no model (care.alt_model is null)")
+        return model
 
     def _converted(self, method: str, calib: Calib, kind: str, value: int) -> Converted:
         return Converted(Factors.of(method, calib), RankPlan(kind, value))
 
     # ---- rows of each table and figure -------------------------------------------------------
-    def table_rows(self, model: str) -> list[dict[str, Any]]:
-        """Tables 3.1/3.2: the original GQA model, then each method x rank."""
+    def table_rows(self, name: str) -> list[dict[str, Any]]:
+        """Tables 3.1/3.2 (`name`): the original GQA model, then each method x rank; Table 3.2
+        takes `care.alt_ranks` when given."""
+        model = self.table_model(name)
+        own = name == "table_3_2" and self.care["alt_ranks"] is not None
         rows = [{"label": "GQA (Original)", "rank": None, "variant": Original()}]
         for method in self.care["methods"]:
             fact, alloc = method.split("-")
-            for r in self.ranks(model, None):
+            for r in self.ranks(model, "alt_ranks" if own else None):
                 variant = self._converted(fact, self.calib(), alloc, r)
                 rows.append({"label": method, "rank": r, "variant": variant})
         return rows
@@ -138,8 +152,9 @@ class CarePlan:
         return self.config["models"][model]["pretrain"]["arch"]["layers"]
 
     # ---- what runs -------------------------------------------------------------------------
-    def table_models(self) -> list[str]:
-        return [m for m in (self.main, self.alt) if m]
+    def tables(self) -> list[str]:
+        """Tables 3.1 and, when `care.alt_model` is set, 3.2."""
+        return ["table_3_1", "table_3_2"] if self.alt else ["table_3_1"]
 
     def evaluations(self) -> Columns:
         """(model, variant) -> the eval.tasks columns some table or figure reads from it."""
@@ -148,9 +163,10 @@ class CarePlan:
         def add(model: str, variant: Evaluated, columns: list[str]) -> None:
             cols.setdefault((model, variant), set()).update(columns)
 
-        for model in self.table_models():
-            for row in self.table_rows(model):
-                add(model, row["variant"], self.care["columns"] or list(self.tasks))
+        every = self.care["columns"] or list(self.tasks)
+        for name in self.tables():
+            for row in self.table_rows(name):
+                add(self.table_model(name), row["variant"], every)
         for block, rows in (
             ("table_3_4", self.table_3_4_rows()),
             ("table_3_5", self.table_3_5_rows()),
@@ -268,8 +284,8 @@ class CarePlan:
         """Rows (with the file each reads) and the settings the renderer needs."""
         main = self.main
         if name in ("table_3_1", "table_3_2"):
-            model = main if name == "table_3_1" else self.alt
-            return {"rows": _with_files(self.table_rows(model), model), "model": model}
+            model = self.table_model(name)
+            return {"rows": _with_files(self.table_rows(name), model), "model": model}
         if name in ("table_3_4", "table_3_5"):
             rows = self.table_3_4_rows() if name == "table_3_4" else self.table_3_5_rows()
             return {
