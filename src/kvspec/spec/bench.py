@@ -26,8 +26,9 @@ from kvspec.io import read_json
 from kvspec.spec.adaptive import AdaptiveDrafter, Calibration
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
-from kvspec.spec.methods import METHODS
+from kvspec.spec.methods import GREEDY_ONLY, METHODS
 from kvspec.spec.ngram_index import open_engine
+from kvspec.spec.tree import ModelTreeDrafter, tree_generate
 
 
 @dataclass
@@ -63,14 +64,15 @@ class Setup:
     calibrations: Mapping[str, Any] = field(default_factory=dict)  # index name -> acceptance rows
     threshold: float = 0.2
     prior_weight: float = 0.1
+    tree: Mapping[str, int] = field(default_factory=lambda: {"depth": 4, "topk": 4, "total": 16})
 
     @classmethod
     def from_decode(
         cls, target, stops: list[int], max_new_tokens: int, decode: Mapping[str, Any], **kw
     ) -> Setup:
         """A Setup from the config's `spec.decode` block (k, draft_k, confidence, min_match,
-        adaptive.threshold, adaptive.prior_weight)."""
-        keys = ("confidence", "min_match")
+        adaptive.threshold, adaptive.prior_weight, tree)."""
+        keys = ("confidence", "min_match", *(("tree",) if "tree" in decode else ()))
         adaptive = decode.get("adaptive") or {}
         extra = {k: adaptive[k] for k in ("threshold", "prior_weight") if k in adaptive}
         return cls(target, stops, max_new_tokens, decode["k"], decode["draft_k"],
@@ -197,6 +199,8 @@ def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDraf
 
 
 def _sd_method(name: str, setup: Setup) -> Method:
+    if name == "sd_draft_tree":
+        return _tree_method(setup)
     drafter, k = make_drafter(name, setup)
 
     def run(prompt: list[int]) -> Run:
@@ -205,18 +209,41 @@ def _sd_method(name: str, setup: Setup) -> Method:
             setup.target, prompt, drafter, setup.max_new_tokens, k,
             mode=setup.mode, eos_token_id=setup.stops, seed=setup.seed,
         )  # fmt: skip
-        seconds = time.perf_counter() - t0
-        return Run(
-            tokens, seconds, len(steps),
-            draft_seconds=sum(s.draft_seconds for s in steps),
-            verify_seconds=sum(s.verify_seconds for s in steps),
-            steps=len(steps),
-            drafted=sum(s.drafted for s in steps),
-            accepted=sum(s.accepted for s in steps),
-            draft_step_seconds=[s.draft_seconds for s in steps],
-        )  # fmt: skip
+        return _sd_run(tokens, steps, time.perf_counter() - t0)
 
     return run
+
+
+def _tree_method(setup: Setup) -> Method:
+    """sd_draft_tree: the draft model's dynamic tree, verified in one target forward."""
+    if setup.draft is None:
+        raise ValueError("sd_draft_tree needs a draft model")
+    if setup.mode != "greedy":
+        raise ValueError("sd_draft_tree verifies greedily only (no rejection-sampling tree)")
+    tree = setup.tree
+    drafter = ModelTreeDrafter(setup.draft, tree["depth"], tree["topk"], tree["total"])
+
+    def run(prompt: list[int]) -> Run:
+        t0 = time.perf_counter()
+        tokens, steps = tree_generate(
+            setup.target, prompt, drafter, setup.max_new_tokens, setup.stops
+        )
+        return _sd_run(tokens, steps, time.perf_counter() - t0)
+
+    return run
+
+
+def _sd_run(tokens: list[int], steps: Sequence[Any], seconds: float) -> Run:
+    """A Run of our speculative loop from its steps."""
+    return Run(
+        tokens, seconds, len(steps),
+        draft_seconds=sum(s.draft_seconds for s in steps),
+        verify_seconds=sum(s.verify_seconds for s in steps),
+        steps=len(steps),
+        drafted=sum(s.drafted for s in steps),
+        accepted=sum(s.accepted for s in steps),
+        draft_step_seconds=[s.draft_seconds for s in steps],
+    )  # fmt: skip
 
 
 def _until_stop(tokens: list[int], stops: Sequence[int]) -> list[int]:
@@ -392,7 +419,7 @@ def benchmark_methods(
         for name in names:
             if mode == "greedy":
                 methods[name] = build_method(name, mode_setup)
-            elif name.startswith("sd_"):
+            elif name.startswith("sd_") and name not in GREEDY_ONLY:
                 methods[f"{name}@{mode}"] = build_method(name, mode_setup)
     return methods
 

@@ -12,6 +12,9 @@ METHOD_INPUTS: dict[str, tuple[str, ...]] = {
     "sd_prompt_lookup": (),  # our loop, prompt-lookup drafter (HF's policy)
     "sd_prompt_lookup_adaptive": (),  # the same, adaptive depth (learnt while decoding)
     "sd_draft": ("draft",),  # our loop, draft-model drafter
+    # EAGLE-2's dynamic draft tree grown by the draft model, one tree-masked target forward
+    # per step (kvspec.spec.tree; greedy verification only)
+    "sd_draft_tree": ("draft",),
     "sd_infgram_sft": ("index_sft",),  # our loop, inf_nkt on the SFT-response index
     "sd_infgram_target": ("index_target",),  # our loop, inf_nkt on the target-response index
     # adaptive depth, calibrated by the index's acceptance rows (when the model has them)
@@ -22,6 +25,7 @@ METHOD_INPUTS: dict[str, tuple[str, ...]] = {
     "sd_hybrid_target": ("index_target", "calib_index_target"),
 }
 METHODS = tuple(METHOD_INPUTS)
+GREEDY_ONLY = frozenset({"sd_draft_tree"})  # no rejection-sampling variant ("@sample")
 # which index each infini-gram method reads: (corpus, fraction) of results/ngram/<model>/
 INDEX_OF = {"index_sft": ("sft", "1"), "index_target": ("responses", "1")}
 # which acceptance rows calibrate an adaptive method: those of the index it drafts from

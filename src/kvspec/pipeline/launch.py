@@ -1,0 +1,163 @@
+"""Run one pipeline-parallel generation across processes.
+
+`python -m kvspec.pipeline.launch SPEC.json OUT.json` is what every rank runs (started by
+`torchrun` locally, or by `srun` under Slurm: torch.distributed's env:// rendezvous either
+way); rank 0 writes OUT.json (tokens, TTFT, ITL, speed, per-rank peak memory), atomically, only
+when every rank finished. `launch_local` starts the ranks with torchrun on this machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from kvspec.io import write_json
+from kvspec.pipeline.stage import Stage, split_layers
+from kvspec.pipeline.strategies import (
+    STRATEGIES,
+    Head,
+    iterative,
+    spec_worker,
+    speculative,
+    stage_worker,
+)
+
+
+@dataclass
+class PipelineRun:
+    """One generation: the target split over `n_stages` ranks (+ one speculative rank)."""
+
+    target: str  # save_pretrained directory
+    strategy: str
+    n_stages: int
+    prompt: list[int]
+    max_new_tokens: int
+    stops: list[int] = field(default_factory=list)
+    draft: str | None = None  # speculative model directory (strategy "speculative")
+    k: int = 4
+    dtype: str = "float32"
+    threads: int = 1
+    timeout_s: float = 120.0  # a rank waiting longer than this for a peer fails
+    kill: tuple[int, int] | None = None  # fault tests: (rank, after n pipeline runs) SIGKILLs
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
+        if self.strategy == "speculative" and not self.draft:
+            raise ValueError("the speculative strategy needs a draft model directory")
+        if not self.prompt:
+            raise ValueError("the prompt must contain at least one token")
+
+    @property
+    def world_size(self) -> int:
+        return self.n_stages + (self.strategy == "speculative")
+
+
+def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
+    """This rank's part of `run` in an initialised process group; rank 0 returns the result."""
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(run.threads)
+    dtype = getattr(torch, run.dtype)
+    trace = None
+    if rank < run.n_stages:
+        model = AutoModelForCausalLM.from_pretrained(run.target, dtype=dtype).eval()
+        layers = split_layers(model.config.num_hidden_layers, run.n_stages)[rank]
+        stage = Stage(model, layers, head=rank == 0)
+        del model  # keep only this stage's weights
+        if rank == 0:
+            trace = _head(run, Head(stage, run.n_stages))
+        else:
+            die = run.kill[1] if run.kill and run.kill[0] == rank else None
+            stage_worker(stage, rank, run.n_stages, die)
+    else:
+        from kvspec.spec.drafters import DraftModelDrafter
+
+        draft = AutoModelForCausalLM.from_pretrained(run.draft, dtype=dtype).eval()
+        spec_worker(DraftModelDrafter(draft))
+    peaks: list[Any] = [None] * run.world_size
+    dist.all_gather_object(peaks, _peak_rss_mb())
+    if trace is None:
+        return None
+    return {"tokens": trace.tokens, **trace.metrics(), "peak_rss_mb": peaks}
+
+
+def _head(run: PipelineRun, head: Head):
+    if run.strategy == "iterative":
+        return iterative(head, run.prompt, run.max_new_tokens, run.stops)
+    return speculative(head, run.prompt, run.max_new_tokens, run.stops, run.k, run.n_stages)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def main(spec_path: str, out_path: str) -> None:
+    """Entry point of every rank (env:// rendezvous: RANK, WORLD_SIZE, MASTER_ADDR/PORT)."""
+    run = PipelineRun(**json.loads(Path(spec_path).read_text()))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != run.world_size:
+        raise ValueError(f"{run.strategy} over {run.n_stages} stages needs {run.world_size} "
+                         f"ranks, got WORLD_SIZE={world}")  # fmt: skip
+    dist.init_process_group("gloo", timeout=timedelta(seconds=run.timeout_s))
+    try:
+        result = run_rank(run, rank)
+    except Exception as err:
+        raise RuntimeError(f"pipeline rank {rank} of {world} failed: {err}") from err
+    finally:
+        dist.destroy_process_group()
+    if result is not None:
+        write_json(out_path, {"run": dataclasses.asdict(run), **result})
+
+
+def launch_local(run: PipelineRun, spec_path: Path, out_path: Path, log: Path) -> None:
+    """Start every rank on this machine with torchrun; raise if any rank fails or time runs
+    out (torchrun then stops the others). OUT.json exists only after a complete run."""
+    spec_path.write_text(json.dumps(dataclasses.asdict(run)))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={run.world_size}", "-m", "kvspec.pipeline.launch",
+           str(spec_path), str(out_path)]  # fmt: skip
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=run.timeout_s * 2)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every rank it started
+            proc.wait()
+            raise RuntimeError(f"pipeline run timed out after {run.timeout_s * 2:.0f} s; "
+                               f"log {log}") from None  # fmt: skip
+    if code != 0:
+        text = log.read_text()
+        tail = "".join(text.splitlines(keepends=True)[-20:])
+        raise RuntimeError(f"pipeline run failed (exit {code}): {_root_cause(text)}; log {log}:\n"
+                           f"{tail}")  # fmt: skip
+
+
+def _root_cause(log_text: str) -> str:
+    """The rank torchrun's failure report names as the first to fail, and how it ended."""
+    report = log_text.rpartition("Root Cause")[2]
+    found = re.search(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)(?:[^\n]*\((\w+)\))?",
+                      report, re.S)  # fmt: skip
+    if not found:
+        return "no rank named in the launcher's report"
+    rank, code, signame = found.groups()
+    return (
+        f"pipeline rank {rank} failed first (exit code {code}{', ' + signame if signame else ''})"
+    )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])

@@ -1,0 +1,182 @@
+"""Pipeline-parallel greedy decoding strategies, one function per rank role.
+
+Ranks 0..S-1 hold the target's stages (`Stage`); rank 0, the head, embeds, samples and
+verifies. With speculation, rank S holds the speculative model. Cache invariant (as in
+`kvspec.spec.decode`): every stage caches the committed tokens except the last, which the
+next pipeline run feeds first.
+
+- `iterative`: one token per pipeline run (pipeline-parallel inference without speculation).
+- `speculative`: the head asks rank S for up to k draft tokens, runs them through the
+  pipeline with the last committed token, keeps the accepted prefix and the target's next
+  token, and sends CROP down the pipeline (pipeline-parallel speculative inference, one
+  speculative model, as the document's SpecInfer baseline).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from kvspec.pipeline import comm
+from kvspec.pipeline.comm import CROP, RUN, STOP, TAG_TOKENS, TOKENS, Message
+from kvspec.pipeline.stage import Stage
+from kvspec.spec.decode import _truncate_at_eos
+from kvspec.spec.drafters import DraftModelDrafter
+from kvspec.spec.verify import verify_greedy
+
+STRATEGIES = ("iterative", "speculative")
+
+
+@dataclass
+class Trace:
+    """What the head saw: tokens and when each emission happened (perf_counter seconds)."""
+
+    tokens: list[int] = field(default_factory=list)
+    start: float = 0.0
+    emitted_at: list[float] = field(default_factory=list)  # one entry per token
+    runs: int = 0  # pipeline runs after the prefill
+    drafted: int = 0
+    accepted: int = 0
+
+    def emit(self, tokens: list[int]) -> None:
+        now = time.perf_counter()
+        self.tokens += tokens
+        self.emitted_at += [now] * len(tokens)
+
+    def metrics(self) -> dict[str, float | int | None]:
+        """TTFT, mean inter-token latency and generation speed excluding the first token."""
+        n = len(self.tokens)
+        ttft = self.emitted_at[0] - self.start if n else None
+        span = self.emitted_at[-1] - self.emitted_at[0] if n > 1 else 0.0
+        return {
+            "new_tokens": n,
+            "ttft_s": ttft,
+            "itl_s": span / (n - 1) if n > 1 else None,
+            "tokens_per_s": (n - 1) / span if span > 0 else None,
+            "pipeline_runs": self.runs,
+            "accept_len": n / self.runs if self.runs else None,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+        }
+
+
+class Head:
+    """Rank 0: the first stage plus embedding and output head, talking to stages 1..S-1."""
+
+    def __init__(self, stage: Stage, n_stages: int) -> None:
+        if not stage.head:
+            raise ValueError("rank 0 needs the head stage")
+        self.stage, self.n_stages = stage, n_stages
+
+    def run(self, tokens: list[int]) -> torch.Tensor:
+        """Feed `tokens` through every stage; next-token logits per token.  # (T, V)"""
+        hidden = self.stage(self.stage.embed_tokens(tokens))
+        if self.n_stages > 1:
+            comm.send(Message(RUN, len(tokens), payload=hidden), 1)
+            hidden = comm.recv(self.n_stages - 1, hidden.shape[-1], hidden.dtype).payload
+        return self.stage.logits(hidden)
+
+    def crop(self, length: int) -> None:
+        self.stage.crop(length)
+        if self.n_stages > 1:
+            comm.send(Message(CROP, a=length), 1)
+
+    def stop(self) -> None:
+        if self.n_stages > 1:
+            comm.send(Message(STOP), 1)
+
+
+def stage_worker(stage: Stage, rank: int, n_stages: int, die_after: int | None = None) -> None:
+    """Ranks 1..S-1: run RUN messages through the stage and pass them on (the last stage back
+    to the head); apply and forward CROP; forward STOP and return. `die_after` (fault tests):
+    SIGKILL this process when that many RUN messages have been handled."""
+    hidden_size = stage.layers[0].self_attn.o_proj.out_features
+    dtype = next(stage.parameters()).dtype
+    last = rank == n_stages - 1
+    runs = 0
+    while True:
+        msg = comm.recv(rank - 1, hidden_size, dtype)
+        if msg.kind == RUN:
+            runs += 1
+            if runs == die_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            out = stage(msg.payload)
+            comm.send(Message(RUN, msg.n, payload=out), 0 if last else rank + 1)
+            continue
+        if msg.kind == CROP:
+            stage.crop(msg.a)
+        if not last:
+            comm.send(msg, rank + 1)
+        if msg.kind == STOP:
+            return
+
+
+def iterative(head: Head, prompt: list[int], max_new_tokens: int, stops: Sequence[int]) -> Trace:
+    """One token per pipeline run."""
+    trace = Trace(start=time.perf_counter())
+    if len(prompt) > 1:
+        head.run(prompt[:-1])
+    last = prompt[-1]
+    while len(trace.tokens) < max_new_tokens and not _ended(trace.tokens, stops):
+        last = int(torch.argmax(head.run([last])[-1]))
+        trace.runs += 1
+        trace.emit([last])
+    head.stop()
+    return trace
+
+
+def speculative(
+    head: Head,
+    prompt: list[int],
+    max_new_tokens: int,
+    stops: Sequence[int],
+    k: int,
+    spec_rank: int,
+) -> Trace:
+    """Draft on `spec_rank`, verify k + 1 tokens per pipeline run, crop every stage."""
+    trace = Trace(start=time.perf_counter())
+    if len(prompt) > 1:
+        head.run(prompt[:-1])
+    seq = list(prompt)
+    while len(trace.tokens) < max_new_tokens and not _ended(trace.tokens, stops):
+        budget = min(k, max_new_tokens - len(trace.tokens) - 1)
+        drafts = _ask_drafts(seq, budget, spec_rank) if budget > 0 else []
+        n_acc, nxt = verify_greedy(head.run([seq[-1], *drafts]), drafts)
+        head.crop(len(seq) + n_acc)
+        emitted = _truncate_at_eos([*drafts[:n_acc], nxt], stops)
+        seq += emitted
+        trace.runs += 1
+        trace.drafted += len(drafts)
+        trace.accepted += min(n_acc, len(emitted))
+        trace.emit(emitted)
+    comm.send(Message(STOP), spec_rank, tag=TAG_TOKENS)
+    head.stop()
+    trace.tokens = trace.tokens[:max_new_tokens]
+    return trace
+
+
+def spec_worker(drafter: DraftModelDrafter) -> None:
+    """The speculative rank: answer each context from the head with up to `a` draft tokens."""
+    while True:
+        msg = comm.recv(0, 0, torch.long, tag=TAG_TOKENS)
+        if msg.kind == STOP:
+            return
+        context = msg.payload.tolist()
+        draft = drafter.propose(context, msg.a).tokens if msg.a > 0 else []
+        reply = torch.tensor(draft, dtype=torch.long)
+        comm.send(Message(TOKENS, len(draft), payload=reply), 0, tag=TAG_TOKENS)
+
+
+def _ask_drafts(seq: list[int], budget: int, spec_rank: int) -> list[int]:
+    context = torch.tensor(seq, dtype=torch.long)
+    comm.send(Message(TOKENS, len(seq), a=budget, payload=context), spec_rank, tag=TAG_TOKENS)
+    return comm.recv(spec_rank, 0, torch.long, tag=TAG_TOKENS).payload.tolist()
+
+
+def _ended(tokens: list[int], stops: Sequence[int]) -> bool:
+    return bool(tokens) and tokens[-1] in set(stops)

@@ -1,0 +1,252 @@
+"""Tree speculative decoding: a draft tree verified in one target forward (EAGLE-2's scheme).
+
+A `DraftTree` holds candidate continuations of the committed sequence as a tree rooted at the
+last committed token. The target reads every node in one forward: each node attends to the
+cached prefix, its ancestors and itself (a 4-D additive mask) at position prefix + depth.
+Greedy verification walks down from the root while the target's argmax is a child's token;
+the cache then keeps the prefix, the root and the accepted path, in order, so the next step
+sees exactly the cache plain greedy decoding would have built. Greedy tree decoding therefore
+equals greedy decoding token for token, whatever the tree.
+
+`ModelTreeDrafter` grows EAGLE-2's dynamic tree with any small causal LM: at each depth the
+`topk` best frontier nodes by joint draft probability are expanded by `topk` children each
+(one batched draft forward with the same tree mask); all candidates are then reranked and the
+best `total` form the tree (joint probabilities fall along a path, so the choice is closed
+under ancestors). `ChainTree` turns any chain drafter into a one-branch tree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from kvspec.spec.decode import Step, _as_list, _ended, _prefill, _truncate_at_eos
+from kvspec.spec.drafters import Drafter, DraftModelDrafter, crop_to
+
+ROOT = -1  # parent index of the root's children
+
+
+@dataclass
+class DraftTree:
+    """Nodes in creation order (a parent before its children); parent ROOT = the last
+    committed token. `scores` are joint draft log-probabilities (0 when unknown)."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not len(self.tokens) == len(self.parents) == len(self.scores):
+            raise ValueError("tokens, parents and scores must have one entry per node")
+        if any(not ROOT <= p < i for i, p in enumerate(self.parents)):
+            raise ValueError("every parent must precede its child (or be ROOT)")
+
+    @classmethod
+    def chain(cls, tokens: Sequence[int]) -> DraftTree:
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)), [0.0] * len(tokens))
+
+    def depths(self) -> list[int]:
+        """Depth of each node; the root's children are at depth 1."""
+        out: list[int] = []
+        for p in self.parents:
+            out.append(1 if p == ROOT else out[p] + 1)
+        return out
+
+    def path(self, node: int) -> list[int]:
+        """The nodes from the root's child down to `node`."""
+        out = []
+        while node != ROOT:
+            out.append(node)
+            node = self.parents[node]
+        return out[::-1]
+
+
+def additive_mask(visible: Sequence[Sequence[int]], past: int, dtype: torch.dtype) -> torch.Tensor:
+    """A (1, 1, q, past + q) additive mask: row i sees positions [0, past) and `visible[i]`
+    (absolute key positions in [past, past + q)), nothing else."""
+    q = len(visible)
+    allowed = torch.zeros(q, past + q, dtype=torch.bool)
+    allowed[:, :past] = True
+    for i, cols in enumerate(visible):
+        allowed[i, list(cols)] = True
+    mask = torch.zeros(q, past + q, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def keep_positions(cache: Any, index: Sequence[int]) -> None:
+    """Keep the cache positions `index` (in this order) of every layer of a DynamicCache."""
+    from transformers.cache_utils import DynamicLayer
+
+    idx = torch.tensor(list(index), dtype=torch.long)
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer:  # e.g. a sliding-window layer drops old positions
+            raise TypeError(
+                f"tree decoding needs full dynamic cache layers, not {type(layer).__name__}"
+            )
+        layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
+        layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
+
+
+def tree_logits(model: torch.nn.Module, cache: Any, root: int, tree: DraftTree) -> torch.Tensor:
+    """Feed the root and every node after the cached prefix; next-token logits per row
+    (row 0: the root, row i + 1: node i).  # (n + 1, V)"""
+    past = cache.get_seq_length()
+    depths = [0, *tree.depths()]
+    rows = [[past]] + [
+        [past, *(past + 1 + a for a in tree.path(i))] for i in range(len(tree.tokens))
+    ]
+    dtype = next(model.parameters()).dtype
+    device = next(model.parameters()).device
+    out = model(
+        input_ids=torch.tensor([[root, *tree.tokens]], device=device),  # (1, n + 1)
+        attention_mask=additive_mask(rows, past, dtype).to(device),
+        position_ids=torch.tensor([[past + d for d in depths]], device=device),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[0].cpu()
+
+
+def verify_tree_greedy(logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
+    """(accepted nodes from the root down, the target's next token after them)."""
+    children: dict[tuple[int, int], int] = {}
+    for i, (p, t) in enumerate(zip(tree.parents, tree.tokens, strict=True)):
+        children.setdefault((p, t), i)
+    node, path = ROOT, []
+    while True:
+        token = int(torch.argmax(logits[node + 1]))
+        child = children.get((node, token))
+        if child is None:
+            return path, token
+        path.append(child)
+        node = child
+
+
+class TreeDrafter(Protocol):
+    """Anything that proposes a draft tree of depth at most `max_depth` after `context`."""
+
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree: ...
+
+
+class ChainTree:
+    """A chain drafter's `k` tokens as a one-branch tree."""
+
+    def __init__(self, drafter: Drafter, k: int) -> None:
+        self.drafter, self.k = drafter, k
+
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        draft = self.drafter.propose(context, min(self.k, max_depth))
+        return DraftTree.chain(draft.tokens[: min(self.k, max_depth)] if draft else [])
+
+
+class ModelTreeDrafter(DraftModelDrafter):
+    """EAGLE-2's dynamic draft tree grown by a small causal LM (greedy drafting only)."""
+
+    def __init__(self, model: torch.nn.Module, depth: int, topk: int, total: int) -> None:
+        if min(depth, topk, total) < 1:
+            raise ValueError("depth, topk and total must be at least 1")
+        super().__init__(model)
+        self.depth, self.topk, self.total = depth, topk, total
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        ctx = [int(t) for t in context]
+        depth = min(self.depth, max_depth)
+        if depth < 1:
+            return DraftTree()
+        logp = torch.log_softmax(self._sync(ctx).double(), -1)  # (V,) after the context
+        tree = DraftTree()
+        frontier = self._children(tree, ROOT, 0.0, logp)
+        fed: dict[int, int] = {}  # node -> its cache position
+        for _ in range(depth - 1):
+            best = sorted(frontier, key=lambda i: -tree.scores[i])[: self.topk]
+            rows = self._feed_nodes(tree, best, fed, len(ctx))  # (len(best), V)
+            frontier = []
+            for node, row in zip(best, torch.log_softmax(rows.double(), -1), strict=True):
+                frontier += self._children(tree, node, tree.scores[node], row)
+        crop_to(self.cache, len(ctx))
+        self.cached = ctx
+        return _best_subtree(tree, self.total)
+
+    def _children(
+        self, tree: DraftTree, parent: int, score: float, logp: torch.Tensor
+    ) -> list[int]:
+        """Add `parent`'s top-k children to `tree`; return their indices."""
+        values, tokens = torch.topk(logp, min(self.topk, logp.shape[-1]))
+        start = len(tree.tokens)
+        for v, t in zip(values.tolist(), tokens.tolist(), strict=True):
+            tree.tokens.append(int(t))
+            tree.parents.append(parent)
+            tree.scores.append(score + float(v))
+        return list(range(start, len(tree.tokens)))
+
+    def _feed_nodes(
+        self, tree: DraftTree, nodes: list[int], fed: dict[int, int], base: int
+    ) -> torch.Tensor:
+        """Run the draft model on `nodes` (their ancestors are already cached); logits."""
+        past = self.cache.get_seq_length()
+        for j, node in enumerate(nodes):
+            fed[node] = past + j
+        rows = [[fed[a] for a in tree.path(node)] for node in nodes]
+        depths = tree.depths()
+        device = self.model.device
+        out = self.model(
+            input_ids=torch.tensor([[tree.tokens[n] for n in nodes]], device=device),
+            attention_mask=additive_mask(rows, past, next(self.model.parameters()).dtype).to(
+                device
+            ),
+            position_ids=torch.tensor([[base - 1 + depths[n] for n in nodes]], device=device),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache = out.past_key_values
+        return out.logits[0].cpu()
+
+
+def _best_subtree(tree: DraftTree, total: int) -> DraftTree:
+    """The `total` nodes of highest score, re-indexed (ties go to the earlier node, so a node
+    is never kept without its parent: a child's score is at most its parent's)."""
+    keep = sorted(range(len(tree.tokens)), key=lambda i: (-tree.scores[i], i))[:total]
+    keep.sort()
+    new = {old: j for j, old in enumerate(keep)}
+    parents = [ROOT if tree.parents[i] == ROOT else new[tree.parents[i]] for i in keep]
+    return DraftTree([tree.tokens[i] for i in keep], parents, [tree.scores[i] for i in keep])
+
+
+@torch.inference_mode()
+def tree_generate(
+    target: torch.nn.Module,
+    input_ids: torch.Tensor | list[int],
+    drafter: TreeDrafter,
+    max_new_tokens: int,
+    eos_token_id: int | Sequence[int] | None = None,
+) -> tuple[list[int], list[Step]]:
+    """Greedy tree speculative decoding; equals greedy decoding token for token.
+
+    Step.drafted counts the tree's nodes (what the target verified), Step.accepted the
+    accepted path's length; the tree is never deeper than the remaining budget allows.
+    """
+    prompt = _as_list(input_ids)
+    cache = _prefill(target, prompt)
+    seq, new, steps = list(prompt), [], []
+    while len(new) < max_new_tokens and not _ended(new, eos_token_id):
+        budget = max_new_tokens - len(new) - 1
+        t0 = time.perf_counter()
+        tree = drafter.propose_tree(seq, budget) if budget > 0 else DraftTree()
+        t1 = time.perf_counter()
+        past = cache.get_seq_length()
+        path, nxt = verify_tree_greedy(tree_logits(target, cache, seq[-1], tree), tree)
+        keep_positions(cache, [*range(past + 1), *(past + 1 + i for i in path)])
+        t2 = time.perf_counter()
+        emitted = _truncate_at_eos([*(tree.tokens[i] for i in path), nxt], eos_token_id)
+        seq += emitted
+        new += emitted
+        accepted = min(len(path), len(emitted))
+        steps.append(Step(len(tree.tokens), accepted, t1 - t0, t2 - t1, cache.get_seq_length(),
+                          float(accepted)))  # fmt: skip
+    return new[:max_new_tokens], steps

@@ -1,0 +1,70 @@
+"""Real multi-process runs (torchrun, gloo): every strategy's greedy output equals single-process
+greedy decoding for 2 and 3 target ranks; a killed rank ends the run with an error naming it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvspec.pipeline.launch import PipelineRun, launch_local
+from kvspec.spec.decode import greedy_generate
+from tests.pipeline.test_stage import tiny_llama
+
+PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 14
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("pipeline_models")
+    out = {}
+    for name, seed, layers in (("target", 0, 5), ("draft", 1, 1)):
+        model = tiny_llama(seed, layers)
+        model.save_pretrained(root / name)
+        out[name] = str(root / name)
+    return out
+
+
+def _launch(tmp_path, run: PipelineRun) -> dict:
+    out = tmp_path / "out.json"
+    launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize(
+    ("strategy", "n_stages", "draft"),
+    [("iterative", 2, None), ("iterative", 3, None), ("speculative", 2, "target"),
+     ("speculative", 3, "draft")],
+)  # fmt: skip
+def test_pipeline_equals_single_process_greedy(models, tmp_path, strategy, n_stages, draft):
+    run = PipelineRun(models["target"], strategy, n_stages, PROMPT, NEW,
+                      draft=models[draft] if draft else None, k=3, dtype="float64")  # fmt: skip
+    result = _launch(tmp_path, run)
+    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
+    assert result["new_tokens"] == NEW and result["ttft_s"] > 0 and result["itl_s"] > 0
+    assert len(result["peak_rss_mb"]) == run.world_size
+    if strategy == "iterative":
+        assert result["pipeline_runs"] == NEW
+    elif draft == "target":  # drafting with the target itself: every draft passes
+        assert result["pipeline_runs"] == 4 and result["accepted"] == 3 + 3 + 3 + 1
+    else:  # a different random model: drafts mostly rejected, output still greedy's
+        assert result["drafted"] > 0 and result["pipeline_runs"] <= NEW
+
+
+def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path) -> None:
+    run = PipelineRun(models["target"], "iterative", 3, PROMPT, NEW, dtype="float64",
+                      timeout_s=60, kill=(2, 4))  # fmt: skip
+    out = tmp_path / "out.json"
+    with pytest.raises(RuntimeError, match="pipeline run failed") as err:
+        launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")
+    assert "pipeline rank 2 failed first (exit code -9, SIGKILL)" in str(err.value)
+    assert not out.exists()
+
+
+def test_bad_runs_are_refused(models) -> None:
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        PipelineRun(models["target"], "telepathy", 2, PROMPT, NEW)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        PipelineRun(models["target"], "speculative", 2, PROMPT, NEW)
+    with pytest.raises(ValueError, match="at least one token"):
+        PipelineRun(models["target"], "iterative", 2, [], NEW)
