@@ -194,6 +194,22 @@ def test_draft_quality_against_the_teacher(plans) -> None:
     assert plans["paper"].spec.drafts == []  # no spec.drafts block: no jobs, no table
 
 
+def test_suffix_decoding_needs_its_build_and_the_responses(configs, schema, plans) -> None:
+    """Listing sd_suffix_decoding adds the build job once and both inputs to that run only."""
+    assert "specdecode_arctic_build" not in plans["ci"].jobs()
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["spec"]["speed"]["runs"]["target"]["methods"].append("sd_suffix_decoding")
+    plan = Plan(validate(cfg, schema))
+    assert plan.jobs()["specdecode_arctic_build"] == {
+        "resources/arctic_suffix": ("resources/arctic_suffix",)
+    }
+    inputs = plan.spec.speed_inputs(SimpleNamespace(model="target", bench="humaneval"))
+    assert inputs["arctic_suffix"] == "resources/arctic_suffix"
+    assert inputs["responses"] == "results/generate/target/responses.jsonl"
+    other = plan.spec.speed_inputs(SimpleNamespace(model="target_alt", bench="humaneval"))
+    assert "arctic_suffix" not in other
+
+
 def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
     """A teacher other than the spec target gets its responses generated for distillation."""
     cfg = copy.deepcopy(configs["ci"])

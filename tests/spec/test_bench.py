@@ -59,8 +59,12 @@ def prompts() -> list[tuple[str, list[int]]]:
     return [(f"p{i}", rng.integers(0, EOS, 6 + i).tolist()) for i in range(3)]
 
 
+# sd_suffix_decoding needs Arctic Inference's suffix tree built: tests/spec/test_suffix_peer.py
+LOCAL = [m for m in METHODS if m != "sd_suffix_decoding"]
+
+
 def test_every_method_decodes_like_greedy(setup, prompts):
-    methods = benchmark_methods(setup, METHODS, ["greedy"])
+    methods = benchmark_methods(setup, LOCAL, ["greedy"])
     records = run_benchmark(methods, prompts)
     mark_divergence(setup.target, records, prompts)
     for r in records:
@@ -68,7 +72,7 @@ def test_every_method_decodes_like_greedy(setup, prompts):
         want = greedy_generate(setup.target, dict(prompts)[r["prompt"]], NEW, [EOS])
         assert r["tokens"] == want
     summary = summarize(records).set_index("method")
-    assert list(summary.index) == list(METHODS)
+    assert list(summary.index) == LOCAL
     assert summary.loc["greedy", "accept_len"] == 1.0 == summary.loc["hf_greedy", "accept_len"]
     assert summary.loc["greedy", "speedup"] == 1.0
     assert (summary["exact_vs_greedy"] == 1.0).all()

@@ -72,6 +72,22 @@ if PLAN.spec:
         script:
             script_path("specdecode_speed.py")
 
+    rule specdecode_arctic_build:
+        output:
+            directory("resources/arctic_suffix"),
+        log:
+            "logs/specdecode/arctic_build.log",
+        benchmark:
+            "benchmarks/specdecode/arctic_build.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        script:
+            script_path("specdecode_arctic_build.py")
+
     rule specdecode_draft_latency:
         input:
             unpack(PLAN.spec.latency_inputs),

@@ -170,6 +170,8 @@ def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
     for model in spec.drafts:
         _add(jobs, "specdecode_draft_quality", paths.DRAFT_QUALITY.format(model=model))
     _add(jobs, "specdecode_draft_latency", paths.DRAFT_LATENCY.format(model=spec.target))
+    if any("sd_suffix_decoding" in run["methods"] for run in spec.spec["speed"]["runs"].values()):
+        _add(jobs, "specdecode_arctic_build", paths.ARCTIC_SUFFIX)
     for model, run in spec.spec["speed"]["runs"].items():
         for bench in run["sets"]:
             _add(

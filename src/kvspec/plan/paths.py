@@ -28,6 +28,7 @@ HEAL_STATS = "results/heal/{model}/{method}/stats.json"
 PROMPTS = "results/generate/prompts.jsonl"
 SHARD = "results/generate/{model}/shards/{shard}.jsonl"
 RESPONSES = "results/generate/{model}/responses.jsonl"
+ARCTIC_SUFFIX = "resources/arctic_suffix"  # Arctic Inference's suffix tree, built here
 INDEX = "results/ngram/{model}/{corpus}_{fraction}"
 INDEX_STATS = "results/ngram/{model}/{corpus}_{fraction}.json"
 ACCEPTANCE = "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv"

@@ -133,6 +133,9 @@ class SpecPlan:
         needs = {n for m in self.speed_methods(wildcards) for n in METHOD_INPUTS[m]}
         if "draft" in needs:
             inputs["draft"] = paths.MODEL.format(model=self.spec["draft"])
+        if "arctic_suffix" in needs:
+            inputs["arctic_suffix"] = paths.ARCTIC_SUFFIX
+            inputs["responses"] = paths.RESPONSES.format(model=wildcards.model)
         for name in sorted(needs & set(INDEX_OF)):
             corpus, fraction = INDEX_OF[name]
             index = paths.INDEX.format(model=wildcards.model, corpus=corpus, fraction=fraction)

@@ -65,6 +65,8 @@ class Setup:
     threshold: float = 0.2
     prior_weight: float = 0.1
     tree: Mapping[str, int] = field(default_factory=lambda: {"depth": 4, "topk": 4, "total": 16})
+    arctic_suffix: str | None = None  # build directory of Arctic Inference's suffix tree
+    corpus: Sequence[tuple[list[int], list[int]]] = ()  # (prompt, response) ids it starts from
 
     @classmethod
     def from_decode(
@@ -199,8 +201,8 @@ def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDraf
 
 
 def _sd_method(name: str, setup: Setup) -> Method:
-    if name == "sd_draft_tree":
-        return _tree_method(setup)
+    if name in ("sd_draft_tree", "sd_suffix_decoding"):
+        return _tree_method(name, setup)
     drafter, k = make_drafter(name, setup)
 
     def run(prompt: list[int]) -> Run:
@@ -214,14 +216,11 @@ def _sd_method(name: str, setup: Setup) -> Method:
     return run
 
 
-def _tree_method(setup: Setup) -> Method:
-    """sd_draft_tree: the draft model's dynamic tree, verified in one target forward."""
-    if setup.draft is None:
-        raise ValueError("sd_draft_tree needs a draft model")
+def _tree_method(name: str, setup: Setup) -> Method:
+    """A tree drafter's method, its tree verified in one target forward per step."""
     if setup.mode != "greedy":
-        raise ValueError("sd_draft_tree verifies greedily only (no rejection-sampling tree)")
-    tree = setup.tree
-    drafter = ModelTreeDrafter(setup.draft, tree["depth"], tree["topk"], tree["total"])
+        raise ValueError(f"{name} verifies greedily only (no rejection-sampling tree)")
+    drafter = _tree_drafter(name, setup)
 
     def run(prompt: list[int]) -> Run:
         t0 = time.perf_counter()
@@ -231,6 +230,21 @@ def _tree_method(setup: Setup) -> Method:
         return _sd_run(tokens, steps, time.perf_counter() - t0)
 
     return run
+
+
+def _tree_drafter(name: str, setup: Setup) -> Any:
+    """sd_draft_tree: EAGLE-2's dynamic tree from the draft model; sd_suffix_decoding: Arctic
+    Inference's suffix trees over the target-response corpus and the request."""
+    if name == "sd_draft_tree":
+        if setup.draft is None:
+            raise ValueError("sd_draft_tree needs a draft model")
+        tree = setup.tree
+        return ModelTreeDrafter(setup.draft, tree["depth"], tree["topk"], tree["total"])
+    if setup.arctic_suffix is None:
+        raise ValueError("sd_suffix_decoding needs the arctic_suffix build directory")
+    from kvspec.spec.suffix_peer import ArcticSuffixDrafter
+
+    return ArcticSuffixDrafter(setup.arctic_suffix, setup.corpus, setup.k)
 
 
 def _sd_run(tokens: list[int], steps: Sequence[Any], seconds: float) -> Run:

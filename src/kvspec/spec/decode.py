@@ -8,6 +8,7 @@ the cache back to the committed prefix after verification.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,34 +62,49 @@ def speculative_generate(
         raise ValueError(f"mode must be 'greedy' or 'sample', not {mode!r}")
     generator = torch.Generator().manual_seed(seed)
     prompt = _as_list(input_ids)
-    cache = _prefill(target, prompt)
-    seq, new, steps = list(prompt), [], []
-    while len(new) < max_new_tokens and not _ended(new, eos_token_id):
-        budget = min(k, max_new_tokens - len(new) - 1)
-        t0 = time.perf_counter()
-        draft = drafter.propose(seq, budget) if budget > 0 else None
-        drafts = draft.tokens[:budget] if draft else []
-        t1 = time.perf_counter()
-        logits = _forward(target, cache, [seq[-1], *drafts])  # (n_drafts+1, V)
-        if mode == "greedy":
-            n_acc, nxt = verify_greedy(logits, drafts)
-            passing = _passing_greedy(logits, drafts)
-        else:
-            probs = warp(logits, temperature, top_p)
-            q = _proposal(draft, drafts)
-            n_acc, nxt = (verifier or verify_sampling)(probs, drafts, q, generator)
-            passing = _passing(probs, drafts, q)
-        crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
-        t2 = time.perf_counter()
-        if hasattr(drafter, "feedback"):
-            drafter.feedback(len(drafts), n_acc, t2 - t1)
-        emitted = _truncate_at_eos([*drafts[:n_acc], nxt], eos_token_id)
-        seq += emitted
-        new += emitted
-        drafted, accepted = _counted(len(drafts), n_acc, len(emitted))
-        passing = passing if drafted == len(drafts) else accepted  # drafts cut after an EOS
-        steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length(), passing))
-    return new[:max_new_tokens], steps
+    observe = getattr(drafter, "observe", None)  # feature drafters (kvspec.spec.eagle)
+    with _feature_tap(target, observe is not None) as tap:
+        cache = _prefill(target, prompt)
+        if observe is not None and len(prompt) > 1:
+            observe(tap.last, 0)
+        seq, new, steps = list(prompt), [], []
+        while len(new) < max_new_tokens and not _ended(new, eos_token_id):
+            budget = min(k, max_new_tokens - len(new) - 1)
+            t0 = time.perf_counter()
+            draft = drafter.propose(seq, budget) if budget > 0 else None
+            drafts = draft.tokens[:budget] if draft else []
+            t1 = time.perf_counter()
+            logits = _forward(target, cache, [seq[-1], *drafts])  # (n_drafts+1, V)
+            if mode == "greedy":
+                n_acc, nxt = verify_greedy(logits, drafts)
+                passing = _passing_greedy(logits, drafts)
+            else:
+                probs = warp(logits, temperature, top_p)
+                q = _proposal(draft, drafts)
+                n_acc, nxt = (verifier or verify_sampling)(probs, drafts, q, generator)
+                passing = _passing(probs, drafts, q)
+            crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
+            if observe is not None:  # features of the old last token and the accepted drafts
+                observe(tap.last[: n_acc + 1], len(seq) - 1)
+            t2 = time.perf_counter()
+            if hasattr(drafter, "feedback"):
+                drafter.feedback(len(drafts), n_acc, t2 - t1)
+            emitted = _truncate_at_eos([*drafts[:n_acc], nxt], eos_token_id)
+            seq += emitted
+            new += emitted
+            drafted, accepted = _counted(len(drafts), n_acc, len(emitted))
+            passing = passing if drafted == len(drafts) else accepted  # drafts cut after an EOS
+            steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length(), passing))
+        return new[:max_new_tokens], steps
+
+
+def _feature_tap(target: torch.nn.Module, wanted: bool) -> Any:
+    """A FeatureTap on `target` when a drafter wants features, else a no-op context."""
+    if not wanted:
+        return contextlib.nullcontext()
+    from kvspec.spec.eagle import FeatureTap
+
+    return FeatureTap(target)
 
 
 def _passing(probs: torch.Tensor, drafts: list[int], q: Any) -> float:

@@ -23,9 +23,14 @@ METHOD_INPUTS: dict[str, tuple[str, ...]] = {
     # request-local prompt lookup + index, adaptive, the better expected draft each step
     "sd_hybrid_sft": ("index_sft", "calib_index_sft"),
     "sd_hybrid_target": ("index_target", "calib_index_target"),
+    # Arctic Inference's SuffixDecoding (built from its source release) over the same
+    # target responses as index_target plus the request itself; draft trees (greedy only)
+    "sd_suffix_decoding": ("arctic_suffix", "responses"),
 }
 METHODS = tuple(METHOD_INPUTS)
-GREEDY_ONLY = frozenset({"sd_draft_tree"})  # no rejection-sampling variant ("@sample")
+GREEDY_ONLY = frozenset(
+    {"sd_draft_tree", "sd_suffix_decoding"}
+)  # no rejection-sampling variant ("@sample")
 # which index each infini-gram method reads: (corpus, fraction) of results/ngram/<model>/
 INDEX_OF = {"index_sft": ("sft", "1"), "index_target": ("responses", "1")}
 # which acceptance rows calibrate an adaptive method: those of the index it drafts from

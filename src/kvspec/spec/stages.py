@@ -25,7 +25,7 @@ from kvspec.spec.generate import (
     stop_ids,
 )
 from kvspec.spec.ngram_index import build_index, open_engine
-from kvspec.spec.prompts import select_prompts
+from kvspec.spec.prompts import index_prompts, select_prompts
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,8 @@ def speed_stage(
             for name, path in inputs.items()
             if name.startswith("calib_index_")
         },
+        arctic_suffix=inputs.get("arctic_suffix"),
+        corpus=_suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
     )
     prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
     methods_ = benchmark_methods(setup, methods, decode["modes"])
@@ -219,6 +221,12 @@ def speed_stage(
     meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods}
     write_json(out_runs, {"records": records, "provenance": provenance(meta)})
     write_text(out_summary, summary.to_csv(index=False))
+
+
+def _suffix_corpus(responses: str) -> list[tuple[list[int], list[int]]]:
+    """(prompt, response) ids of the index prompts: the documents of the target index."""
+    chosen = index_prompts(read_jsonl(responses), 1.0)
+    return [(list(r["prompt_ids"]), list(r["response_ids"])) for r in chosen if r["response_ids"]]
 
 
 def draft_quality_stage(
