@@ -29,6 +29,8 @@ def test_the_drafter_holds_the_targets_features_of_the_committed_sequence() -> N
     known = torch.stack(drafter.features)  # every committed position except the last
     assert len(known) >= len(seq) - 2
     torch.testing.assert_close(known, _features(target, seq)[: len(known)], rtol=0, atol=1e-10)
+    context = seq[: len(known) + 1]  # asking twice for the same context drafts the same
+    assert drafter.propose(context, 3).tokens == drafter.propose(context, 3).tokens
 
 
 def test_training_on_target_features_raises_acceptance() -> None:

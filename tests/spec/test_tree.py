@@ -99,6 +99,23 @@ def test_verify_walks_the_branch_the_target_picks() -> None:
     assert verify_tree_greedy(logits, TREE) == ([], 8)
 
 
+def test_draft_tree_scores_are_the_draft_models_own_path_probabilities(draft) -> None:
+    """Every node's score is the draft model's joint log-probability of its path, computed
+    plainly: each branch saw only the context and its own ancestors. The drafter keeps the
+    context in its cache between calls."""
+    drafter = ModelTreeDrafter(draft, depth=3, topk=3, total=21)  # keeps all 3 + 9 + 9
+    for context in (PROMPT, PROMPT + [7, 12]):
+        tree = drafter.propose_tree(context, 3)
+        assert len(tree.tokens) == 21 and max(tree.depths()) == 3
+        for i in range(len(tree.tokens)):
+            path = [tree.tokens[a] for a in tree.path(i)]
+            logits = draft(input_ids=torch.tensor([context + path])).logits[0]
+            logp = torch.log_softmax(logits[len(context) - 1 : -1], -1)
+            want = float(sum(logp[j, t] for j, t in enumerate(path)).detach())
+            assert abs(tree.scores[i] - want) < 1e-9
+        assert drafter.cached == context and drafter.cache.get_seq_length() == len(context)
+
+
 def test_best_subtree_is_closed_under_ancestors() -> None:
     tree = DraftTree([1, 2, 3, 4, 5], [ROOT, ROOT, 0, 0, 2], [-0.1, -0.5, -0.1, -0.3, -0.2])
     sub = _best_subtree(tree, 3)  # scores -0.1 (0), -0.1 (2), -0.2 (4): a chain 1 -> 3 -> 5

@@ -117,6 +117,7 @@ class EagleDrafter:
         self.features: list[torch.Tensor] = []  # f_t of committed positions, each (H,)
         self.cache: Any = None
         self.fed = 0  # positions whose (f_t, y_{t+1}) pair is in the head's cache
+        self.last: torch.Tensor | None = None  # the head's output for the last fed pair
         self.tokens: list[int] = []
 
     def observe(self, features: torch.Tensor, start: int) -> None:
@@ -141,9 +142,11 @@ class EagleDrafter:
             return Draft([], None)
         if self.cache is None or self.tokens[: self.fed] != context[: self.fed]:
             self.cache, self.fed = DynamicCache(), 0
-        feats = torch.stack(self.features[self.fed : n])[None]  # (1, m, H)
-        out = self._step(feats, context[self.fed + 1 : n + 1], self.fed)
-        self.fed, self.tokens = n, list(context)
+        if self.fed < n:  # feed the pairs committed since the last call
+            feats = torch.stack(self.features[self.fed : n])[None]  # (1, m, H)
+            self.last = self._step(feats, context[self.fed + 1 : n + 1], self.fed)[:, -1:]
+            self.fed, self.tokens = n, list(context)
+        out = self.last  # (1, 1, H): f̂ of the last context position
         drafts: list[int] = []
         for i in range(k):
             token = int(torch.argmax(self.lm_head(out[0, -1])))

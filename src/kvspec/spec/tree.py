@@ -65,12 +65,14 @@ class DraftTree:
         return out[::-1]
 
 
-def additive_mask(visible: Sequence[Sequence[int]], past: int, dtype: torch.dtype) -> torch.Tensor:
-    """A (1, 1, q, past + q) additive mask: row i sees positions [0, past) and `visible[i]`
-    (absolute key positions in [past, past + q)), nothing else."""
+def additive_mask(
+    visible: Sequence[Sequence[int]], past: int, dtype: torch.dtype, prefix: int | None = None
+) -> torch.Tensor:
+    """A (1, 1, q, past + q) additive mask: row i sees positions [0, prefix) (default: the
+    whole cache) and `visible[i]` (absolute key positions), nothing else."""
     q = len(visible)
     allowed = torch.zeros(q, past + q, dtype=torch.bool)
-    allowed[:, :past] = True
+    allowed[:, : past if prefix is None else prefix] = True
     for i, cols in enumerate(visible):
         allowed[i, list(cols)] = True
     mask = torch.zeros(q, past + q, dtype=dtype)
@@ -188,18 +190,19 @@ class ModelTreeDrafter(DraftModelDrafter):
     def _feed_nodes(
         self, tree: DraftTree, nodes: list[int], fed: dict[int, int], base: int
     ) -> torch.Tensor:
-        """Run the draft model on `nodes` (their ancestors are already cached); logits."""
+        """Run the draft model on `nodes` (their ancestors are already cached); logits. Each
+        node sees the context (`base` positions), its fed ancestors and itself, not the other
+        branches fed before it."""
         past = self.cache.get_seq_length()
         for j, node in enumerate(nodes):
             fed[node] = past + j
         rows = [[fed[a] for a in tree.path(node)] for node in nodes]
         depths = tree.depths()
         device = self.model.device
+        mask = additive_mask(rows, past, next(self.model.parameters()).dtype, prefix=base)
         out = self.model(
             input_ids=torch.tensor([[tree.tokens[n] for n in nodes]], device=device),
-            attention_mask=additive_mask(rows, past, next(self.model.parameters()).dtype).to(
-                device
-            ),
+            attention_mask=mask.to(device),
             position_ids=torch.tensor([[base - 1 + depths[n] for n in nodes]], device=device),
             past_key_values=self.cache,
             use_cache=True,
