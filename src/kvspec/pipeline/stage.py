@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from kvspec.spec.tree import causal_mask
+
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")  # decoder stacks without per-layer windows
 
 
@@ -30,13 +32,6 @@ def split_layers(n_layers: int, n_stages: int) -> list[range]:
         out.append(range(start, start + size))
         start += size
     return out
-
-
-def causal_mask(past: int, q: int, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, q, past + q) additive mask: new token i sees the cache and new tokens <= i."""
-    allowed = torch.ones(q, past + q, dtype=torch.bool).tril(diagonal=past)
-    mask = torch.zeros(q, past + q, dtype=dtype)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 class Stage(nn.Module):

@@ -25,7 +25,7 @@ import torch
 from kvspec.pipeline import comm
 from kvspec.pipeline.comm import CROP, RUN, STOP, TAG_TOKENS, TOKENS, Message
 from kvspec.pipeline.stage import Stage
-from kvspec.spec.decode import _truncate_at_eos
+from kvspec.spec.decode import _ended, _truncate_at_eos
 from kvspec.spec.drafters import DraftModelDrafter
 from kvspec.spec.verify import verify_greedy
 
@@ -176,7 +176,3 @@ def _ask_drafts(seq: list[int], budget: int, spec_rank: int) -> list[int]:
     context = torch.tensor(seq, dtype=torch.long)
     comm.send(Message(TOKENS, len(seq), a=budget, payload=context), spec_rank, tag=TAG_TOKENS)
     return comm.recv(spec_rank, 0, torch.long, tag=TAG_TOKENS).payload.tolist()
-
-
-def _ended(tokens: list[int], stops: Sequence[int]) -> bool:
-    return bool(tokens) and tokens[-1] in set(stops)

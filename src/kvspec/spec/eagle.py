@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvspec.spec.drafters import Draft, crop_to
+from kvspec.spec.tree import causal_mask
 
 
 class FeatureTap:
@@ -68,8 +69,6 @@ class EagleHead(nn.Module):
         cache: Any = None,
     ) -> torch.Tensor:
         """f̂_{t+1} for every t, causally (each sees the cache and earlier t).  # (B, T, H)"""
-        from kvspec.pipeline.stage import causal_mask
-
         hidden = self.fc(torch.cat([features, next_embeds], dim=-1))
         past = cache.get_seq_length() if cache is not None else 0
         mask = causal_mask(past, hidden.shape[1], hidden.dtype).to(hidden.device)

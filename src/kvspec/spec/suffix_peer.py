@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.io import atomic_path
+from kvspec.models.packaged import install_packages
 from kvspec.spec.tree import DraftTree
 
 VERSION = "0.3.0"
@@ -47,7 +48,7 @@ def build_arctic_suffix(dest: Path, threads: int = 1, version: str = VERSION) ->
         work = Path(work_dir)
         sdist = _download(version, work)
         src = _extract(sdist, work, version)
-        _pip("install", "--no-deps", "--target", str(work / "nanobind"), f"nanobind=={NANOBIND}")
+        install_packages([f"nanobind=={NANOBIND}"], work / "nanobind")
         env = {"PYTHONPATH": str(work / "nanobind")}
         _run(["cmake", "-S", str(src / "csrc"), "-B", str(work / "build"),
               f"-DPython_EXECUTABLE={sys.executable}"], env)  # fmt: skip
