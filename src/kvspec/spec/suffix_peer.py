@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from kvspec.io import atomic_path
-from kvspec.models.packaged import install_packages
 from kvspec.spec.tree import DraftTree
 
 VERSION = "0.3.0"
@@ -48,7 +47,9 @@ def build_arctic_suffix(dest: Path, threads: int = 1, version: str = VERSION) ->
         work = Path(work_dir)
         sdist = _download(version, work)
         src = _extract(sdist, work, version)
-        install_packages([f"nanobind=={NANOBIND}"], work / "nanobind")
+        # not kvspec.models.packaged.install_packages: that module imports gguf, which the
+        # evaluation environment of the rules reaching this one does not provide
+        _pip("install", "--no-deps", "--target", str(work / "nanobind"), f"nanobind=={NANOBIND}")
         env = {"PYTHONPATH": str(work / "nanobind")}
         _run(["cmake", "-S", str(src / "csrc"), "-B", str(work / "build"),
               f"-DPython_EXECUTABLE={sys.executable}"], env)  # fmt: skip
