@@ -28,6 +28,7 @@ include: "workflow/rules/ngram.smk"
 include: "workflow/rules/specdecode.smk"
 include: "workflow/rules/sampling.smk"
 include: "workflow/rules/lecture.smk"
+include: "workflow/rules/pipeline.smk"
 include: "workflow/rules/report.smk"
 
 

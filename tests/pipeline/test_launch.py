@@ -34,26 +34,32 @@ def _launch(tmp_path, run: PipelineRun) -> dict:
 @pytest.mark.parametrize(
     ("strategy", "n_stages", "draft"),
     [("iterative", 2, None), ("iterative", 3, None), ("speculative", 2, "target"),
-     ("speculative", 3, "draft")],
+     ("speculative", 3, "draft"), ("pipeinfer", 2, "target"), ("pipeinfer", 3, "draft")],
 )  # fmt: skip
 def test_pipeline_equals_single_process_greedy(models, tmp_path, strategy, n_stages, draft):
     run = PipelineRun(models["target"], strategy, n_stages, PROMPT, NEW,
-                      draft=models[draft] if draft else None, k=3, dtype="float64")  # fmt: skip
+                      draft=models[draft] if draft else None, k=3, dtype="float64",
+                      pipeinfer={"cutoff": 0.0, "recovery": 0.0})  # fmt: skip
     result = _launch(tmp_path, run)
     assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
     assert result["new_tokens"] == NEW and result["ttft_s"] > 0 and result["itl_s"] > 0
     assert len(result["peak_rss_mb"]) == run.world_size
     if strategy == "iterative":
         assert result["pipeline_runs"] == NEW
+    elif strategy == "pipeinfer":  # how much it speculates depends on timing; never wrong
+        assert result["accepted"] <= result["drafted"]
+        if draft == "target":  # never rejected; runs still in flight at the end are dropped
+            assert result["cancelled"] == 0
     elif draft == "target":  # drafting with the target itself: every draft passes
         assert result["pipeline_runs"] == 4 and result["accepted"] == 3 + 3 + 3 + 1
     else:  # a different random model: drafts mostly rejected, output still greedy's
         assert result["drafted"] > 0 and result["pipeline_runs"] <= NEW
 
 
-def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path) -> None:
-    run = PipelineRun(models["target"], "iterative", 3, PROMPT, NEW, dtype="float64",
-                      timeout_s=60, kill=(2, 4))  # fmt: skip
+@pytest.mark.parametrize("strategy", ["iterative", "pipeinfer"])
+def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path, strategy) -> None:
+    run = PipelineRun(models["target"], strategy, 3, PROMPT, NEW, dtype="float64",
+                      timeout_s=60, kill=(2, 4), draft=models["draft"])  # fmt: skip
     out = tmp_path / "out.json"
     with pytest.raises(RuntimeError, match="pipeline run failed") as err:
         launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")
@@ -66,5 +72,10 @@ def test_bad_runs_are_refused(models) -> None:
         PipelineRun(models["target"], "telepathy", 2, PROMPT, NEW)
     with pytest.raises(ValueError, match="needs a draft model"):
         PipelineRun(models["target"], "speculative", 2, PROMPT, NEW)
+    with pytest.raises(ValueError, match="the pipeinfer strategy needs a draft model"):
+        PipelineRun(models["target"], "pipeinfer", 2, PROMPT, NEW)
+    with pytest.raises(TypeError, match="confidence"):
+        PipelineRun(models["target"], "pipeinfer", 2, PROMPT, NEW, draft=models["draft"],
+                    pipeinfer={"confidence": 0.5})  # fmt: skip
     with pytest.raises(ValueError, match="at least one token"):
         PipelineRun(models["target"], "iterative", 2, [], NEW)

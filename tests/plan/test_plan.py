@@ -42,7 +42,9 @@ EXPECTED_JOBS = {
 # mini: Figure 3.4 sweeps two sample counts and two lengths (was three each): 10 jobs fewer;
 # HumanEval without the printed variant at mini: one job fewer
 # mini: healing without the transmla-pca row (1 restore, 1 heal, 2 healed evaluations fewer)
-TOTALS = {"ci": 198, "config": 276, "paper": 1171}
+# every scale: + the pipeline runs and their simulation (document 003, issue 17) and eight
+# report items (runs, simulator validation, Figures 4-8 and 10)
+TOTALS = {"ci": 208, "config": 286, "paper": 1181}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -157,10 +159,10 @@ def test_rows_mean_what_they_say(plans) -> None:
 
 
 def test_stages_off_when_absent(configs, schema) -> None:
-    cfg = dict(configs["ci"], care=None, spec=None, lecture=None, sampling=None)
+    cfg = dict(configs["ci"], care=None, spec=None, lecture=None, sampling=None, pipeline=None)
     plan = Plan(cfg)
     assert plan.care is None and plan.heal is None and plan.spec is None
-    assert plan.lecture is None and plan.sampling is None
+    assert plan.lecture is None and plan.sampling is None and plan.pipeline is None
     assert {i.rule for i in plan.report_items()} == {
         "report_table_2_1", "data_sources", "report_models", "report_pretrain",
         "report_status"}  # fmt: skip
@@ -254,3 +256,25 @@ def test_report_categories_are_plain_rst_text(plans, scale: str) -> None:
     target, and the HTML report then shows a "Duplicate explicit target name" warning box."""
     for item in plans[scale].report_items():
         assert ":" not in item.category, (item.rule, item.category)
+
+
+def test_pipeline_needs_the_spec_blocks_prompt_sets(configs) -> None:
+    with pytest.raises(ValueError, match="'pipeline' needs the spec block"):
+        Plan(dict(configs["ci"], spec=None, lecture=None))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [({"strategies": ["iterative", "pipeinfer"]}, "'pipeline.strategies': the simulator"),
+     ({"n_stages": [1]}, "'pipeline.n_stages': the simulator measures the link"),
+     ({"draft": "nobody"}, "'pipeline.draft': 'nobody' is not a key of models"),
+     ({"simulate": {"ablation": {"link": "carrier_pigeon"}}},
+      "'pipeline.simulate.ablation.link': 'carrier_pigeon' is neither")],
+)  # fmt: skip
+def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> None:
+    from kvspec.config import ConfigError
+
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["pipeline"] = {**cfg["pipeline"], **edit}
+    with pytest.raises(ConfigError, match=message):
+        Plan(validate(cfg, schema))

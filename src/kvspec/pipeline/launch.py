@@ -25,10 +25,14 @@ import torch
 import torch.distributed as dist
 
 from kvspec.io import write_json
+from kvspec.pipeline import comm
+from kvspec.pipeline.pipeinfer import HeadPipeline, PipeInferOptions, Scheduler, pipeinfer_worker
 from kvspec.pipeline.stage import Stage, split_layers
 from kvspec.pipeline.strategies import (
     STRATEGIES,
     Head,
+    Trace,
+    ask_drafts,
     iterative,
     spec_worker,
     speculative,
@@ -46,24 +50,31 @@ class PipelineRun:
     prompt: list[int]
     max_new_tokens: int
     stops: list[int] = field(default_factory=list)
-    draft: str | None = None  # speculative model directory (strategy "speculative")
+    draft: str | None = None  # speculative model directory (speculative, pipeinfer)
     k: int = 4
     dtype: str = "float32"
     threads: int = 1
     timeout_s: float = 120.0  # a rank waiting longer than this for a peer fails
     kill: tuple[int, int] | None = None  # fault tests: (rank, after n pipeline runs) SIGKILLs
+    pipeinfer: dict[str, Any] = field(default_factory=dict)  # PipeInferOptions fields
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
-        if self.strategy == "speculative" and not self.draft:
-            raise ValueError("the speculative strategy needs a draft model directory")
+        if self.speculative and not self.draft:
+            raise ValueError(f"the {self.strategy} strategy needs a draft model directory")
         if not self.prompt:
             raise ValueError("the prompt must contain at least one token")
+        PipeInferOptions(**self.pipeinfer)  # unknown or out-of-range options fail here
+
+    @property
+    def speculative(self) -> bool:
+        """Whether a speculative model runs on a rank of its own (the last one)."""
+        return self.strategy in ("speculative", "pipeinfer")
 
     @property
     def world_size(self) -> int:
-        return self.n_stages + (self.strategy == "speculative")
+        return self.n_stages + self.speculative
 
 
 def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
@@ -72,17 +83,20 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
 
     torch.set_num_threads(run.threads)
     dtype = getattr(torch, run.dtype)
-    trace = None
+    trace, link = None, None
     if rank < run.n_stages:
         model = AutoModelForCausalLM.from_pretrained(run.target, dtype=dtype).eval()
         layers = split_layers(model.config.num_hidden_layers, run.n_stages)[rank]
         stage = Stage(model, layers, head=rank == 0)
         del model  # keep only this stage's weights
+        if rank < 2 and run.n_stages > 1:  # the loopback link, for the simulator
+            link = comm.measure_link(rank, stage.layers[0].self_attn.o_proj.out_features, dtype)
         if rank == 0:
-            trace = _head(run, Head(stage, run.n_stages))
+            trace = _head(run, stage)
         else:
             die = run.kill[1] if run.kill and run.kill[0] == rank else None
-            stage_worker(stage, rank, run.n_stages, die)
+            worker = pipeinfer_worker if run.strategy == "pipeinfer" else stage_worker
+            worker(stage, rank, run.n_stages, die)
     else:
         from kvspec.spec.drafters import DraftModelDrafter
 
@@ -92,10 +106,20 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     dist.all_gather_object(peaks, _peak_rss_mb())
     if trace is None:
         return None
-    return {"tokens": trace.tokens, **trace.metrics(), "peak_rss_mb": peaks}
+    return {"tokens": trace.tokens, **trace.metrics(), "peak_rss_mb": peaks, "link": link}
 
 
-def _head(run: PipelineRun, head: Head):
+def _head(run: PipelineRun, stage: Stage) -> Trace:
+    if run.strategy == "pipeinfer":
+        spec_rank = run.n_stages
+        options = PipeInferOptions(**run.pipeinfer)
+        scheduler = Scheduler(HeadPipeline(stage, run.n_stages),
+                              lambda seq, k: ask_drafts(seq, k, spec_rank), run.prompt,
+                              run.max_new_tokens, run.stops, options)  # fmt: skip
+        trace = scheduler.generate()
+        comm.send(comm.Message(comm.STOP), spec_rank, tag=comm.TAG_TOKENS)
+        return trace
+    head = Head(stage, run.n_stages)
     if run.strategy == "iterative":
         return iterative(head, run.prompt, run.max_new_tokens, run.stops)
     return speculative(head, run.prompt, run.max_new_tokens, run.stops, run.k, run.n_stages)

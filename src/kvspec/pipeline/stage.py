@@ -72,11 +72,21 @@ class Stage(nn.Module):
         return self.embed(ids)  # type: ignore[misc]
 
     @torch.inference_mode()
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Run this stage's layers on `hidden` (1, T, H) placed right after its cache."""
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Run this stage's layers on `hidden` (1, T, H), appended to its cache. By default the
+        tokens sit right after the cache and see all of it; PipeInfer's multibuffered cache
+        gives its own `positions` (1, T) and additive `mask` (1, 1, T, cached + T)."""
         past, q = self.cached, hidden.shape[1]
-        positions = torch.arange(past, past + q, device=hidden.device)[None]  # (1, T)
-        mask = causal_mask(past, q, hidden.dtype).to(hidden.device)
+        if positions is None:
+            positions = torch.arange(past, past + q)[None]  # (1, T)
+        if mask is None:
+            mask = causal_mask(past, q, hidden.dtype)
+        positions, mask = positions.to(hidden.device), mask.to(hidden.device)
         embeddings = self.rotary(hidden, position_ids=positions)
         for layer in self.layers:
             hidden = layer(hidden, attention_mask=mask, position_ids=positions,

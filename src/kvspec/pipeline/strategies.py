@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 import torch
 
 from kvspec.pipeline import comm
-from kvspec.pipeline.comm import CROP, RUN, STOP, TAG_TOKENS, TOKENS, Message
+from kvspec.pipeline.comm import CROP, DRAFT, RUN, STOP, TAG_TOKENS, TOKENS, Message
 from kvspec.pipeline.stage import Stage
 from kvspec.spec.decode import _ended, _truncate_at_eos
 from kvspec.spec.drafters import DraftModelDrafter
 from kvspec.spec.verify import verify_greedy
 
-STRATEGIES = ("iterative", "speculative")
+STRATEGIES = ("iterative", "speculative", "pipeinfer")
 
 
 @dataclass
@@ -42,6 +42,7 @@ class Trace:
     runs: int = 0  # pipeline runs after the prefill
     drafted: int = 0
     accepted: int = 0
+    cancelled: int = 0  # PipeInfer: speculative runs cancelled in flight
 
     def emit(self, tokens: list[int]) -> None:
         now = time.perf_counter()
@@ -62,6 +63,7 @@ class Trace:
             "accept_len": n / self.runs if self.runs else None,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "cancelled": self.cancelled,
         }
 
 
@@ -145,7 +147,7 @@ def speculative(
     seq = list(prompt)
     while len(trace.tokens) < max_new_tokens and not _ended(trace.tokens, stops):
         budget = min(k, max_new_tokens - len(trace.tokens) - 1)
-        drafts = _ask_drafts(seq, budget, spec_rank) if budget > 0 else []
+        drafts = ask_drafts(seq, budget, spec_rank)[0] if budget > 0 else []
         n_acc, nxt = verify_greedy(head.run([seq[-1], *drafts]), drafts)
         head.crop(len(seq) + n_acc)
         emitted = _truncate_at_eos([*drafts[:n_acc], nxt], stops)
@@ -161,18 +163,22 @@ def speculative(
 
 
 def spec_worker(drafter: DraftModelDrafter) -> None:
-    """The speculative rank: answer each context from the head with up to `a` draft tokens."""
+    """The speculative rank: answer each context from the head with up to `a` draft tokens and
+    the drafter's top-1 probability at each (DRAFT)."""
     while True:
         msg = comm.recv(0, 0, torch.long, tag=TAG_TOKENS)
         if msg.kind == STOP:
             return
-        context = msg.payload.tolist()
-        draft = drafter.propose(context, msg.a).tokens if msg.a > 0 else []
-        reply = torch.tensor(draft, dtype=torch.long)
-        comm.send(Message(TOKENS, len(draft), payload=reply), 0, tag=TAG_TOKENS)
+        draft = drafter.propose(msg.payload.tolist(), msg.a) if msg.a > 0 else None
+        tokens = draft.tokens if draft else []
+        confidence = (draft.confidence or []) if draft else []
+        reply = torch.tensor([tokens, confidence], dtype=torch.float64).reshape(2, len(tokens))
+        comm.send(Message(DRAFT, len(tokens), payload=reply), 0, tag=TAG_TOKENS)
 
 
-def _ask_drafts(seq: list[int], budget: int, spec_rank: int) -> list[int]:
+def ask_drafts(seq: list[int], budget: int, spec_rank: int) -> tuple[list[int], list[float]]:
+    """Up to `budget` draft tokens after `seq` from the speculative rank, with confidences."""
     context = torch.tensor(seq, dtype=torch.long)
     comm.send(Message(TOKENS, len(seq), a=budget, payload=context), spec_rank, tag=TAG_TOKENS)
-    return comm.recv(spec_rank, 0, torch.long, tag=TAG_TOKENS).payload.tolist()
+    reply = comm.recv(spec_rank, 0, torch.long, tag=TAG_TOKENS).payload  # (2, n)
+    return [int(t) for t in reply[0]], reply[1].tolist()

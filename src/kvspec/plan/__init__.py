@@ -17,6 +17,7 @@ from kvspec.plan.evaluate import EvalPlan
 from kvspec.plan.heal import HealPlan
 from kvspec.plan.items import ReportItem
 from kvspec.plan.lecture import LecturePlan
+from kvspec.plan.pipeline import PipelinePlan
 from kvspec.plan.sampling import SamplingPlan
 from kvspec.plan.spec import SpecPlan
 
@@ -40,12 +41,10 @@ class Plan:
             else None
         )
         self.sampling = SamplingPlan(config, repo) if config.get("sampling") else None
-        self._items = [
-            item
-            for part in (self.base, self.care, self.heal, self.spec, self.sampling, self.lecture)
-            if part
-            for item in part.report_items()
-        ]
+        self.pipeline = PipelinePlan(config, repo, self.spec) if config.get("pipeline") else None
+        parts = (self.base, self.care, self.heal, self.spec, self.sampling, self.lecture,
+                 self.pipeline)  # fmt: skip
+        self._items = [item for part in parts if part for item in part.report_items()]
         self._items.append(self._status_item(repo))
 
     def _status_item(self, repo: Path) -> ReportItem:
@@ -74,7 +73,8 @@ class Plan:
         return cols
 
     def report_items(self) -> list[ReportItem]:
-        """Every report item, in DAG order (data, models, CARE, healing, speculation, lecture)."""
+        """Every report item, in DAG order (data, models, CARE, healing, speculation, sampling,
+        lecture, pipeline)."""
         return list(self._items)
 
     def report_item(self, rule: str) -> ReportItem:

@@ -37,6 +37,9 @@ def planned_jobs(plan: Plan) -> Jobs:
     if plan.lecture:
         for example in LECTURE_EXAMPLES:
             _add(jobs, f"lecture_{example}", plan.lecture.output(example))
+    if plan.pipeline:
+        _add(jobs, "pipeline_run", plan.pipeline.output())
+        _add(jobs, "pipeline_simulate", plan.pipeline.simulated())
     for item in plan.report_items():
         _add(jobs, item.rule, *item.output_files())
     return jobs

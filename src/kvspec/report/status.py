@@ -24,7 +24,9 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str
         f"{len(numbered)} numbered tables and figures: {_counts(numbered['status'])}.",
         *(f"{doc}: {_counts(g['status'])}" for doc, g in rows.groupby("document", sort=False)),
         "measured = written from this run's results (beside the paper's numbers where they "
-        "were transcribed); paper numbers only = the transcription alone; not built yet = "
+        "were transcribed); simulated = computed by a simulator calibrated on costs measured "
+        "by this run (document 003's node-count curves); paper numbers only = the "
+        "transcription alone; not built yet = "
         "reproducible here, pending the issue named; the lecture notes (001) have no numbered "
         "tables or figures, so their worked examples are listed instead. Computed from the "
         "experiment plan and config/paper_results, so it changes with them.",

@@ -36,6 +36,7 @@ class Draft:
     match_count: int = 0
     dists: list[Dist] | None = None
     lengths: list[int] | None = None  # match length behind each token (n-gram drafters)
+    confidence: list[float] | None = None  # model drafters: top-1 probability at each step
 
 
 class Drafter(Protocol):
@@ -383,14 +384,17 @@ class DraftModelDrafter:
         logits = self._sync(ctx)  # (V,) next-token logits after ctx
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        confidence: list[float] = []
         for i in range(k):
             token, probs = self._choose(logits)
             tokens.append(token)
             rows.append(probs)
+            confidence.append(float(torch.softmax(logits.double(), -1).max()))
             if i + 1 < k:
                 logits = self._feed([token])
         q = torch.stack(rows) if rows else torch.zeros(0, 0)  # (k, V)
-        return Draft(tokens, q if self.q_format == "tensor" else _rows_to_dicts(q), 0, 0)
+        q_out = q if self.q_format == "tensor" else _rows_to_dicts(q)
+        return Draft(tokens, q_out, 0, 0, confidence=confidence)
 
     def _sync(self, ctx: list[int]) -> torch.Tensor:
         """Make the cache hold ctx[:-1] plus the fed tail; return logits after ctx."""

@@ -75,15 +75,15 @@ def additive_mask(
     allowed[:, : past if prefix is None else prefix] = True
     for i, cols in enumerate(visible):
         allowed[i, list(cols)] = True
-    return _additive(allowed, dtype)
+    return bool_to_additive(allowed, dtype)
 
 
 def causal_mask(past: int, q: int, dtype: torch.dtype) -> torch.Tensor:
     """(1, 1, q, past + q) additive mask: new token i sees the cache and new tokens <= i."""
-    return _additive(torch.ones(q, past + q, dtype=torch.bool).tril(diagonal=past), dtype)
+    return bool_to_additive(torch.ones(q, past + q, dtype=torch.bool).tril(diagonal=past), dtype)
 
 
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def bool_to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """0 where `allowed` (q, kv), the dtype's minimum elsewhere, as (1, 1, q, kv)."""
     mask = torch.zeros(allowed.shape, dtype=dtype)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]

@@ -1,0 +1,150 @@
+"""The pipeline rule's stage function: every strategy at every stage count on the same prompts,
+launched as real processes on this machine, beside single-process decoding."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from kvspec.io import read_json, write_json
+from kvspec.pipeline.launch import PipelineRun, launch_local
+from kvspec.provenance import provenance
+
+log = logging.getLogger(__name__)
+METRICS = ("new_tokens", "tokens_per_s", "ttft_s", "itl_s", "pipeline_runs", "accept_len",
+           "drafted", "accepted", "cancelled", "peak_rss_mb")  # fmt: skip
+
+
+def runs_stage(
+    inputs: Mapping[str, str],
+    out: str,
+    *,
+    sets: Mapping[str, Mapping[str, Any]],
+    settings: Mapping[str, Any],
+    dtype: str,
+    seed: int,
+    threads: int,
+) -> None:
+    """Per prompt: the single-process greedy reference (transformers' own forward), then, in
+    turn, the one-process pipeline engine (`threads` threads; the speed baseline) and each
+    strategy at each stage count (`threads_per_rank` each). Every run's tokens are compared
+    with the reference. First, the simulator's costs are measured with a rank's threads."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.models.load import load_model, use_threads
+    from kvspec.spec.bench import bench_prompts
+    from kvspec.spec.decode import greedy_generate
+    from kvspec.spec.generate import stop_ids
+
+    target, tok = load_model(inputs["target"], dtype=dtype)
+    stops = stop_ids(target, tok)
+    prompts = [
+        (name, pid, ids)
+        for name, bench in sets.items()
+        for pid, ids in bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tok)
+    ]
+    cal, raw = _calibrate(inputs, target, prompts, settings, dtype, seed)
+    use_threads(threads)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kvspec-pipeline-") as tmp:
+        for name, pid, ids in tqdm(prompts, desc="prompts", mininterval=5):
+            reference = greedy_generate(target, ids, settings["max_new_tokens"], stops)
+            for run, strategy, n in _schedule(settings):
+                spec = _run_spec(
+                    inputs,
+                    ids,
+                    stops,
+                    strategy,
+                    n,
+                    settings,
+                    dtype,
+                    threads if n == 1 and strategy == "iterative" else None,
+                )
+                result = _launch(spec, Path(tmp))
+                rows.append(_row(name, pid, len(ids), run, spec, result, reference))
+                log.info("%s %s run %d: %s n=%d %.2f tok/s, exact %s", name, pid, run, strategy,
+                         n, result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
+    write_json(out, {"runs": rows, "settings": dict(settings), "sets": dict(sets),
+                     "calibration": vars(cal), "calibration_raw": raw,
+                     "provenance": provenance(dict(settings), dtype=dtype)})  # fmt: skip
+
+
+def _calibrate(inputs: Mapping[str, str], target: Any, prompts: list, settings: Mapping[str, Any],
+               dtype: str, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """Simulator costs at a context of the median prompt plus half the new tokens."""
+    import statistics
+
+    from kvspec.models.load import load_model, use_threads
+    from kvspec.pipeline.calibrate import calibrate
+
+    use_threads(settings["threads_per_rank"])
+    draft, _ = load_model(inputs["draft"], dtype=dtype)
+    context = int(statistics.median(len(ids) for *_, ids in prompts))
+    context += settings["max_new_tokens"] // 2
+    cal, raw = calibrate(target, draft, context=context, repeats=settings["calibration_repeats"],
+                         seed=seed)  # fmt: skip
+    log.info("calibration: %s", cal)
+    return cal, raw
+
+
+def simulation_stage(runs: str, out: str, *, settings: Mapping[str, Any]) -> None:
+    """The simulator validated on the real runs, then swept (Figures 4-8 of document 003)."""
+    from kvspec.pipeline import scaling
+
+    record = read_json(runs)
+    sim = settings["simulate"]
+    seeds, nodes = sim["seeds"], sim["nodes"]
+    valid = scaling.validation(record, seeds)
+    for row in valid:
+        log.info("validation %s n=%d: measured %.2f tok/s, simulated %.2f (%+.0f%%)",
+                 row["strategy"], row["n_stages"], row["measured_tokens_per_s"],
+                 row["simulated_tokens_per_s"], 100 * row["speed_error"])  # fmt: skip
+    abl = sim["ablation"]
+    write_json(out, {
+        "validation": valid,
+        "curves": scaling.curves(record, sim["links"], sim["alphas"], nodes, seeds),
+        "ablation": scaling.ablation(record, sim["links"].get(abl["link"]), abl["alphas"],
+                                     abl["nodes"], abl["batch"], seeds),
+        "memory": scaling.memory(record, nodes),
+        "measured_memory": [{"strategy": r["strategy"], "n_stages": r["n_stages"],
+                             "peak_rss_mb": r["peak_rss_mb"]} for r in record["runs"]],
+        "calibration": record["calibration"], "settings": dict(settings),
+        "provenance": provenance(dict(settings)),
+    })  # fmt: skip
+
+
+def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int]]:
+    """(repeat, strategy, stages): the one-process baseline first, strategies interleaved."""
+    combos = [("iterative", 1)] + [(s, n) for n in settings["n_stages"]
+                                   for s in settings["strategies"]]  # fmt: skip
+    return [(r, s, n) for r in range(settings["runs"]) for s, n in dict.fromkeys(combos)]
+
+
+def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], strategy: str,
+              n: int, settings: Mapping[str, Any], dtype: str,
+              threads: int | None) -> PipelineRun:  # fmt: skip
+    return PipelineRun(
+        inputs["target"], strategy, n, list(prompt), settings["max_new_tokens"], list(stops),
+        draft=inputs["draft"], k=settings["k"], dtype=dtype,
+        threads=threads or settings["threads_per_rank"], timeout_s=settings["timeout_s"],
+        pipeinfer=dict(settings["pipeinfer"]),
+    )  # fmt: skip
+
+
+def _launch(spec: PipelineRun, tmp: Path) -> dict[str, Any]:
+    out = tmp / "out.json"
+    out.unlink(missing_ok=True)
+    launch_local(spec, tmp / "spec.json", out, tmp / "run.log")
+    return read_json(out)
+
+
+def _row(name: str, pid: str, prompt_len: int, run: int, spec: PipelineRun,
+         result: Mapping[str, Any], reference: list[int]) -> dict[str, Any]:  # fmt: skip
+    return {"set": name, "prompt": pid, "prompt_tokens": prompt_len, "run": run,
+            "strategy": spec.strategy, "n_stages": spec.n_stages, "ranks": spec.world_size,
+            "threads_per_rank": spec.threads, **{m: result.get(m) for m in METRICS},
+            "exact": result["tokens"] == reference}  # fmt: skip

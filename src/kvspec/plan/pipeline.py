@@ -1,0 +1,108 @@
+"""Document 003 (PipeInfer): real pipeline-parallel runs of every strategy across processes,
+and the simulator calibrated on them for node counts this machine cannot hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kvspec.plan import paths
+from kvspec.plan.items import Output, ReportItem, figure_outputs, table_outputs
+
+CATEGORY = "PipeInfer (document 003)"
+# figure -> (renderer, what the simulated figure plots, status-page label)
+FIGURES: dict[int, tuple[str, dict[str, Any]]] = {
+    4: ("render_simulated_curves", {"metric": "tokens_per_s", "axis": "generation speed (tok/s)"}),
+    5: ("render_simulated_curves", {"metric": "ttft_s", "axis": "time to first token (s)"}),
+    6: ("render_simulated_curves", {"metric": "itl_s", "axis": "inter-token latency (s)"}),
+    7: ("render_simulated_memory", {}),
+    8: ("render_simulated_ablation", {}),
+}
+
+
+class PipelinePlan:
+    """Config block `pipeline`: one job running every strategy at every stage count on the same
+    prompts, side by side; one job simulating the strategies from their calibration."""
+
+    def __init__(self, config: Mapping[str, Any], repo: Path, spec: Any) -> None:
+        if spec is None:
+            raise ValueError("config block 'pipeline' needs the spec block (its prompt sets)")
+        self.config, self.repo, self.spec = config, repo, spec
+        self.pipeline = config["pipeline"]
+        self.target: str = self.pipeline["target"]
+        self.draft: str = self.pipeline["draft"]
+        self._check()
+
+    def _check(self) -> None:
+        from kvspec.config import ConfigError
+
+        for role in ("target", "draft"):
+            if self.pipeline[role] not in self.config["models"]:
+                raise ConfigError(f"config key 'pipeline.{role}': "
+                                  f"{self.pipeline[role]!r} is not a key of models")  # fmt: skip
+        if "speculative" not in self.pipeline["strategies"]:  # the draft's acceptance
+            raise ConfigError("config key 'pipeline.strategies': the simulator calibrates on "
+                              "the speculative strategy; list it")  # fmt: skip
+        if max(self.pipeline["n_stages"]) < 2:  # the link
+            raise ConfigError("config key 'pipeline.n_stages': the simulator measures the link "
+                              "between two ranks; list a stage count of at least 2")  # fmt: skip
+        sim = self.pipeline["simulate"]
+        link = sim["ablation"]["link"]
+        if link != "loopback" and link not in sim["links"]:
+            key = "config key 'pipeline.simulate.ablation.link'"
+            raise ConfigError(f"{key}: {link!r} is neither 'loopback' nor a simulated link")
+
+    def output(self, wildcards: Any = None) -> str:
+        return paths.PIPELINE_RUNS.format(model=self.target)
+
+    def simulated(self, wildcards: Any = None) -> str:
+        return paths.PIPELINE_SIMULATED.format(model=self.target)
+
+    def sets(self, wildcards: Any = None) -> dict[str, dict[str, Any]]:
+        """{set: benchmark set (a key of spec.speed.sets) with this stage's own count}."""
+        return {name: dict(self.spec.bench_set(name), n=n)
+                for name, n in self.pipeline["sets"].items()}  # fmt: skip
+
+    def inputs(self, wildcards: Any = None) -> dict[str, str]:
+        prompts = {f"prompts_{n}": self.spec.bench_prompts(n) for n in self.pipeline["sets"]}
+        return {"target": paths.MODEL.format(model=self.target),
+                "draft": paths.MODEL.format(model=self.draft), **prompts}  # fmt: skip
+
+    def settings(self, wildcards: Any = None) -> dict[str, Any]:
+        """What the runs depend on (the simulation's settings are not among them)."""
+        skip = ("target", "draft", "sets", "simulate")
+        return {k: v for k, v in self.pipeline.items() if k not in skip}
+
+    def simulate_settings(self, wildcards: Any = None) -> dict[str, Any]:
+        return {"simulate": self.pipeline["simulate"]}
+
+    def report_items(self) -> list[ReportItem]:
+        runs, sim = [self.output()], [self.simulated()]
+        params = {"target": self.target, "draft": self.draft}
+        items = [
+            self._item("pipeinfer_runs", "render_runs", {"result": runs}, params,
+                       table_outputs("pipeinfer_runs",
+                                     label="PipeInfer strategies, real multi-process runs")),
+            self._item("pipeinfer_simulation_validation", "render_validation",
+                       {"result": sim}, params,
+                       table_outputs("pipeinfer_simulation_validation",
+                                     label="PipeInfer simulator against the real runs")),
+            self._item("pipeinfer_figure_10", "render_variance", {"result": runs}, params,
+                       _figure("pipeinfer_figure_10", "Figure 10")),
+        ]  # fmt: skip
+        for number, (renderer, extra) in FIGURES.items():
+            stem = f"pipeinfer_figure_{number}"
+            items.append(self._item(stem, renderer, {"result": sim}, params | extra,
+                                    _figure(stem, f"Figure {number}")))  # fmt: skip
+        return items
+
+    def _item(self, stem: str, renderer: str, inputs: dict[str, list[str]],
+              params: dict[str, Any], outputs: dict[str, Output]) -> ReportItem:  # fmt: skip
+        return ReportItem(rule=f"report_{stem}", renderer=f"pipeline:{renderer}",
+                          log=f"logs/report/{stem}.log", category=CATEGORY, inputs=inputs,
+                          outputs=outputs, params=params, document="pipeinfer")  # fmt: skip
+
+
+def _figure(stem: str, label: str) -> dict[str, Output]:
+    return figure_outputs(stem, label=label) | {"md": Output(f"results/report/{stem}.md")}

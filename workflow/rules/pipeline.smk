@@ -1,0 +1,50 @@
+# Stage pipeline (document 003, PipeInfer): the target's decoder layers split over processes
+# (torch.distributed, gloo), started by torchrun on this machine; iterative, speculative
+# (SpecInfer-style) and PipeInfer strategies side by side on the same prompts, beside the
+# one-process engine. The job takes the whole machine (threads: 2) so nothing runs beside it.
+
+
+if PLAN.pipeline:
+
+    rule pipeline_run:
+        input:
+            **PLAN.pipeline.inputs(),
+        output:
+            "results/pipeline/{model}/runs.json",
+        log:
+            "logs/pipeline/{model}.log",
+        benchmark:
+            "benchmarks/pipeline/{model}.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=12000,
+            runtime=60,
+        params:
+            sets=PLAN.pipeline.sets(),
+            settings=PLAN.pipeline.settings(),
+            dtype=config["resources"]["dtype"],
+            seed=config["seed"],
+        script:
+            script_path("pipeline_run.py")
+
+    # The simulator (kvspec.pipeline.simulate) calibrated on the runs above: validation against
+    # them, then node counts, links and acceptance rates beyond this machine (seconds of work).
+    rule pipeline_simulate:
+        input:
+            PLAN.pipeline.output(),
+        output:
+            "results/pipeline/{model}/simulated.json",
+        log:
+            "logs/pipeline/{model}_simulate.log",
+        conda:
+            env_path("evaluation")
+        threads: 1
+        resources:
+            mem_mb=2000,
+            runtime=30,
+        params:
+            settings=PLAN.pipeline.simulate_settings(),
+        script:
+            script_path("pipeline_simulate.py")
