@@ -63,10 +63,13 @@ def speculative_generate(
     generator = torch.Generator().manual_seed(seed)
     prompt = _as_list(input_ids)
     observe = getattr(drafter, "observe", None)  # feature drafters (kvspec.spec.eagle)
+    watch = getattr(drafter, "observe_cache", None)  # K/V drafters (kvspec.spec.moa)
     with _feature_tap(target, observe is not None) as tap:
         cache = _prefill(target, prompt)
         if observe is not None and len(prompt) > 1:
             observe(tap.last, 0)
+        if watch is not None:
+            watch(cache)
         seq, new, steps = list(prompt), [], []
         while len(new) < max_new_tokens and not _ended(new, eos_token_id):
             budget = min(k, max_new_tokens - len(new) - 1)
@@ -86,6 +89,8 @@ def speculative_generate(
             crop_to(cache, len(seq) + n_acc)  # keep the old last token and the accepted drafts
             if observe is not None:  # features of the old last token and the accepted drafts
                 observe(tap.last[: n_acc + 1], len(seq) - 1)
+            if watch is not None:  # the cache holds exactly the verified positions now
+                watch(cache)
             t2 = time.perf_counter()
             if hasattr(drafter, "feedback"):
                 drafter.feedback(len(drafts), n_acc, t2 - t1)

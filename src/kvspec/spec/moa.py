@@ -1,0 +1,342 @@
+"""Mixture of Attentions drafter (document 002), whole forward in this file.
+
+The target (M_Large) keeps its embedding, output head and, for TLI > 0, its last TLI decoder
+layers (all frozen, shared by reference). The drafter reads the target's state: for each
+verified position, the keys and values of every layer (HF's cache: keys after RoPE), a
+(L, 2·E_kv) matrix per token, with each KV head's [k_h ‖ v_h] side by side.
+
+- **Layer Self-Attention (LSA)**: one decoder layer attends over the layer axis of that matrix,
+  each token alone (bidirectional, RoPE over the layer index), then the mean over layers and a
+  linear map to the target's hidden size: one vector per verified position, computed once per
+  verification.
+- **Self-Attention (SA)**: one causal decoder layer over the token embeddings (its own cache).
+- **Cross-Attention (CA)**: queries from SA, keys/values from LSA's vectors, one RMSNorm applied
+  to both streams, RoPE at their own positions, the residual on the query stream, then an MLP.
+  A query at position i sees the LSA vectors of positions up to the last verification before
+  i: in training, verifications fall every K positions of a response, K drawn uniformly per
+  sequence (the document's T-step bounded mask); while drafting, everything verified so far.
+- **Target Layer Inference (TLI)**: CA predicts the target's residual stream entering its
+  decoder layer L - TLI (TLI = 0: the normed final hidden state); the target's last TLI layers
+  (with their cache of the verified positions) and final norm finish it; the output head
+  gives the next token.
+
+Training (teacher forcing on the target's own K/V and hidden states, no generation) minimises
+λ0·CE(p_target, p_drafter) + λ1·SmoothL1 on response positions (the reference code's soft
+cross-entropy, equal to the forward KL up to the target's entropy; Table 6: 0.1 / 1.0; with
+TLI > 0 the SmoothL1 is averaged over the predicted and the final activations). Not
+reproduced: the reference code's SA "staircase" curriculum.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaMLP,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    rotate_half,
+)
+
+from kvspec.spec.drafters import Draft
+from kvspec.spec.tree import causal_mask
+
+
+@dataclass(frozen=True)
+class MoASize:
+    """Widths of the drafter's three layers (heads of 64 dims unless the width is smaller)."""
+
+    lsa_intermediate: int = 768
+    sa_intermediate: int = 768
+    ca_intermediate: int = 1536
+    tli: int = 0
+
+
+def _config(hidden: int, intermediate: int, kv_heads: int, positions: int, eps: float,
+            theta: float) -> LlamaConfig:  # fmt: skip
+    head_dim = min(64, hidden)
+    heads = hidden // head_dim
+    kv = max(1, min(kv_heads, heads))
+    while heads % kv:
+        kv -= 1
+    config = LlamaConfig(hidden_size=hidden, intermediate_size=intermediate,
+                         num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+                         max_position_embeddings=positions, rms_norm_eps=eps,
+                         rope_parameters={"rope_type": "default", "rope_theta": theta})  # fmt: skip
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def layer_kv(cache: Any, start: int, end: int) -> torch.Tensor:
+    """The target cache's keys and values of positions [start, end), per layer, each KV head's
+    [k_h ‖ v_h] side by side.  # (B, T, L, 2·E_kv)"""
+    per_layer = []
+    for layer in cache.layers:
+        k, v = layer.keys[:, :, start:end], layer.values[:, :, start:end]  # (B, h_kv, T, d)
+        kv = torch.cat([k, v], dim=-1).permute(0, 2, 1, 3)  # (B, T, h_kv, 2d)
+        per_layer.append(kv.reshape(*kv.shape[:2], -1))
+    return torch.stack(per_layer, dim=2)
+
+
+class LayerSelfAttention(nn.Module):
+    """Attention over the layer axis of each token's (L, 2·E_kv) matrix, mean, linear map."""
+
+    def __init__(self, layers: int, width: int, kv_heads: int, intermediate: int, out: int,
+                 eps: float) -> None:  # fmt: skip
+        super().__init__()
+        config = _config(width, intermediate, kv_heads, layers, eps, 10000.0)
+        self.layer = LlamaDecoderLayer(config, layer_idx=0)
+        self.rotary = LlamaRotaryEmbedding(config)
+        self.out = nn.Linear(width, out, bias=True)
+
+    def forward(self, kv: torch.Tensor) -> torch.Tensor:
+        """(B, T, L, 2·E_kv) -> (B, T, hidden)."""
+        b, t, n_layers, width = kv.shape
+        x = kv.reshape(b * t, n_layers, width)
+        positions = torch.arange(n_layers, device=x.device)[None].expand(b * t, -1)
+        full = torch.zeros(1, 1, n_layers, n_layers, dtype=x.dtype, device=x.device)
+        x = self.layer(x, attention_mask=full, position_ids=positions,
+                       position_embeddings=self.rotary(x, position_ids=positions))  # fmt: skip
+        return self.out(x.mean(dim=1)).reshape(b, t, -1)
+
+
+class CrossAttention(nn.Module):
+    """Queries from the token stream, keys/values from LSA's vectors; pre-norm shared by both
+    streams, RoPE at each stream's own positions, residual on the queries, then an MLP."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        hidden, d = config.hidden_size, config.head_dim
+        self.heads, self.kv_heads, self.head_dim = (config.num_attention_heads,
+                                                    config.num_key_value_heads, d)  # fmt: skip
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.q = nn.Linear(hidden, self.heads * d, bias=False)
+        self.k = nn.Linear(hidden, self.kv_heads * d, bias=False)
+        self.v = nn.Linear(hidden, self.kv_heads * d, bias=False)
+        self.o = nn.Linear(self.heads * d, hidden, bias=False)
+        self.post_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+        self.rotary = LlamaRotaryEmbedding(config)
+
+    def forward(self, x: torch.Tensor, x_pos: torch.Tensor, kv: torch.Tensor,
+                kv_pos: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """x (B, Tq, H) at x_pos (B, Tq); kv (B, Tk, H) at kv_pos (B, Tk); allowed (B, Tq, Tk)."""
+        b, tq, _ = x.shape
+        q_in, k_in = self.norm(x), self.norm(kv)
+        q = self._rope(self.q(q_in).view(b, tq, self.heads, -1).transpose(1, 2), q_in, x_pos)
+        k = self.k(k_in).view(b, -1, self.kv_heads, self.head_dim).transpose(1, 2)
+        k = self._rope(k, k_in, kv_pos)
+        v = self.v(k_in).view(b, -1, self.kv_heads, self.head_dim).transpose(1, 2)
+        attn = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=allowed[:, None], enable_gqa=True
+        )  # (B, heads, Tq, d)
+        x = x + self.o(attn.transpose(1, 2).reshape(b, tq, -1))
+        return x + self.mlp(self.post_norm(x))
+
+    def _rope(self, t: torch.Tensor, ref: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rotary(ref, position_ids=positions)  # (B, T, d)
+        cos, sin = cos[:, None], sin[:, None]
+        return t * cos + rotate_half(t) * sin
+
+
+class MoAHead(nn.Module):
+    """LSA, SA and CA, sized relative to `target`; its frozen parts are the target's own."""
+
+    def __init__(self, target: nn.Module, size: MoASize = MoASize()) -> None:
+        super().__init__()
+        tc = target.config
+        hidden, eps = tc.hidden_size, tc.rms_norm_eps
+        head_dim = getattr(tc, "head_dim", None) or hidden // tc.num_attention_heads
+        width = 2 * tc.num_key_value_heads * head_dim
+        if not 0 <= size.tli < tc.num_hidden_layers:
+            raise ValueError(f"tli must lie in [0, {tc.num_hidden_layers - 1}], not {size.tli}")
+        self.size = size
+        self.lsa = LayerSelfAttention(tc.num_hidden_layers, width, tc.num_key_value_heads,
+                                      size.lsa_intermediate, hidden, eps)  # fmt: skip
+        theta = _rope_theta(tc)
+        sa = _config(hidden, size.sa_intermediate, tc.num_key_value_heads,
+                     tc.max_position_embeddings, eps, theta)  # fmt: skip
+        self.sa = LlamaDecoderLayer(sa, layer_idx=0)
+        self.sa_rotary = LlamaRotaryEmbedding(sa)
+        ca = _config(hidden, size.ca_intermediate, tc.num_key_value_heads,
+                     tc.max_position_embeddings, eps, theta)  # fmt: skip
+        self.ca = CrossAttention(ca)
+        self.to(dtype=next(target.parameters()).dtype)
+
+    def queries(self, embeds: torch.Tensor, positions: torch.Tensor, cache: Any = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """SA over token embeddings (B, T, H) at positions (B, T), causal after `cache`."""
+        if mask is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            mask = causal_mask(past, embeds.shape[1], embeds.dtype).to(embeds.device)
+        rope = self.sa_rotary(embeds, position_ids=positions)
+        return self.sa(embeds, attention_mask=mask, position_ids=positions,
+                       past_key_values=cache, use_cache=cache is not None,
+                       position_embeddings=rope)  # fmt: skip
+
+
+def _rope_theta(config: Any) -> float:
+    params = getattr(config, "rope_parameters", None) or {}
+    return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
+
+
+def verification(n: int, prompt: int, period: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which of n positions the target verified in training (every prompt position, then every
+    `period`-th response position) and, for each position i, the last verified position
+    before i (-1 for none): what a query at i may see.  # (n,) bool, (n,) long"""
+    verified = [i < prompt or (i - prompt) % period == period - 1 for i in range(n)]
+    last, bound = -1, []
+    for i in range(n):
+        bound.append(last)
+        last = i if verified[i] else last
+    return torch.tensor(verified), torch.tensor(bound)
+
+
+def moa_forward(head: MoAHead, target: nn.Module, tokens: torch.Tensor, kv: torch.Tensor,
+                bound: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Teacher-forced predictions of the target's activation entering layer L - TLI, for every
+    position: tokens (1, T), the target's K/V (1, T, L, 2·E_kv), `bound` (T,) from
+    `verification`.  # (1, T, H)"""
+    t = tokens.shape[1]
+    positions = torch.arange(t, device=tokens.device)[None]
+    q = head.queries(target.get_input_embeddings()(tokens), positions)
+    lsa = head.lsa(kv)  # (1, T, H)
+    j = torch.arange(t, device=tokens.device)
+    allowed = j[None, :] <= bound[:, None]  # (T, T)
+    allowed[bound < 0, 0] = True  # position 0 has nothing before it: it sees itself (unused)
+    return head.ca(q, positions, lsa, positions, allowed[None])
+
+
+def finish(target: nn.Module, tli: int, pred: torch.Tensor, positions: torch.Tensor,
+           cache: Any = None, mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    """The target's last `tli` decoder layers and final norm on `pred` (TLI = 0: as is)."""
+    if tli == 0:
+        return pred
+    decoder = target.get_decoder()
+    if mask is None:
+        past = cache.get_seq_length() if cache is not None else 0
+        mask = causal_mask(past, pred.shape[1], pred.dtype).to(pred.device)
+    embeddings = decoder.rotary_emb(pred, position_ids=positions)
+    for layer in decoder.layers[len(decoder.layers) - tli :]:
+        pred = layer(pred, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                     use_cache=cache is not None, position_embeddings=embeddings)  # fmt: skip
+    return decoder.norm(pred)
+
+
+def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, response_start: int,
+             rng: random.Random, periods: tuple[int, int] = (5, 15), lambda_kl: float = 0.1,
+             lambda_reg: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+    """One sequence (1, T) whose response starts at `response_start`: the target's K/V and
+    hidden states, a verification period drawn from `periods`, the loss on response
+    positions 1.. (each predicts its own final activation, i.e. the next token)."""
+    tli = head.size.tli
+    with torch.no_grad():
+        out = target(input_ids=tokens, use_cache=True, output_hidden_states=True)
+        kv = layer_kv(out.past_key_values, 0, tokens.shape[1])
+        truth = out.hidden_states[-1 - tli]  # (1, T, H)
+        final = out.hidden_states[-1]
+        p_target = torch.softmax(target.get_output_embeddings()(final).float(), -1)
+    verified, bound = verification(tokens.shape[1], response_start, rng.randint(*periods))
+    pred = moa_forward(head, target, tokens, kv, bound)
+    rows = torch.arange(tokens.shape[1]) >= max(response_start, 1)
+    if tli:  # verified positions enter the last layers as the target's own activations
+        rows &= ~verified
+        reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
+        mixed = torch.where(verified[None, :, None], truth, pred)
+        pred = finish(target, tli, mixed, torch.arange(tokens.shape[1])[None])
+        reg = (reg + F.smooth_l1_loss(pred[0, rows], final[0, rows])) / 2
+    else:
+        reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
+    logq = torch.log_softmax(target.get_output_embeddings()(pred[0, rows]).float(), -1)
+    ce = -(p_target[0, rows] * logq).sum(-1).mean()
+    loss = lambda_kl * ce + lambda_reg * reg
+    return loss, {"ce": float(ce.detach()), "smooth_l1": float(reg.detach()),
+                  "loss": float(loss.detach())}  # fmt: skip
+
+
+class MoADrafter:
+    """Greedy chain drafts (Algorithm 1 of the document): LSA once per verification on the
+    newly verified positions, then SA + CA (+ the target's last TLI layers) per token."""
+
+    def __init__(self, head: MoAHead, target: nn.Module) -> None:
+        self.head, self.target = head.eval(), target
+        self.tli = head.size.tli
+        self.lsa = torch.zeros(1, 0, target.config.hidden_size)  # LSA vectors, verified
+        self.cache: Any = None  # the target's cache (observe_cache)
+        self.sa_cache: Any = None
+        self.sa_tokens: list[int] = []  # tokens in the SA cache
+
+    def observe_cache(self, cache: Any) -> None:
+        """The target's cache after a verification: positions [0, n) are verified."""
+        self.cache = cache
+        n, have = cache.get_seq_length(), self.lsa.shape[1]
+        keep = min(have, n)
+        with torch.inference_mode():
+            new = self.head.lsa(layer_kv(cache, keep, n)) if n > keep else self.lsa[:, :0]
+        self.lsa = torch.cat([self.lsa[:, :keep], new.to(self.lsa.dtype)], dim=1)
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int) -> Draft:
+        """Up to k greedy tokens after `context`, whose first len - 1 positions are verified."""
+        from transformers import DynamicCache
+
+        from kvspec.spec.drafters import _common_prefix, crop_to
+
+        n = len(context) - 1
+        if self.cache is None or self.lsa.shape[1] != n:
+            raise RuntimeError(f"MoADrafter knows {self.lsa.shape[1]} verified positions, the "
+                               f"context has {n}: the loop must call observe_cache()")  # fmt: skip
+        if k < 1 or n < 1:
+            return Draft([], None)
+        keep = _common_prefix(self.sa_tokens, context[:n])
+        if self.sa_cache is None or keep == 0:
+            self.sa_cache, self.sa_tokens, keep = DynamicCache(), [], 0
+        crop_to(self.sa_cache, keep)
+        self.sa_tokens = self.sa_tokens[:keep]
+        q = self._queries(context[keep:], keep)[:, -1:]  # query of the last context token
+        drafts: list[int] = []
+        for i in range(k):
+            token = self._next(q, n + i)
+            drafts.append(token)
+            if i + 1 < k:
+                q = self._queries([token], n + i + 1)
+        crop_to(self.sa_cache, n + 1)  # the context only
+        self.sa_tokens = list(context)
+        self._crop_tli(n)
+        return Draft(drafts, None)
+
+    def _queries(self, tokens: list[int], start: int) -> torch.Tensor:
+        ids = torch.tensor([tokens], dtype=torch.long)
+        positions = torch.arange(start, start + len(tokens))[None]
+        embeds = self.target.get_input_embeddings()(ids)
+        return self.head.queries(embeds, positions, self.sa_cache)
+
+    def _next(self, q: torch.Tensor, position: int) -> int:
+        pred = self.activation(q, position)
+        return int(torch.argmax(self.target.get_output_embeddings()(pred[0, -1])))
+
+    def activation(self, q: torch.Tensor, position: int) -> torch.Tensor:
+        """The final activation drafted for the query q (1, 1, H) at `position`: CA over every
+        verified LSA vector, then the target's last TLI layers (their cache grows by one).
+        # (1, 1, H)"""
+        pos = torch.tensor([[position]])
+        kv_pos = torch.arange(self.lsa.shape[1])[None]
+        allowed = torch.ones(1, 1, self.lsa.shape[1], dtype=torch.bool)
+        pred = self.head.ca(q, pos, self.lsa, kv_pos, allowed)
+        if self.tli:
+            past = self.cache.layers[-1].get_seq_length()
+            mask = causal_mask(past, 1, pred.dtype)
+            pred = finish(self.target, self.tli, pred, pos, self.cache, mask)
+        return pred
+
+    def _crop_tli(self, n: int) -> None:
+        """Drop the drafted positions the last TLI layers added to the target's cache."""
+        for layer in self.cache.layers[len(self.cache.layers) - self.tli :] if self.tli else []:
+            layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]

@@ -1,0 +1,129 @@
+"""Mixture of Attentions drafter: LSA treats tokens alone; drafting computes exactly what the
+teacher-forced training forward computes (with and without TLI); greedy decoding with it is
+greedy decoding; training on the target's own K/V raises acceptance."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from kvspec.spec.decode import greedy_generate, speculative_generate
+from kvspec.spec.moa import (
+    MoADrafter,
+    MoAHead,
+    MoASize,
+    finish,
+    layer_kv,
+    moa_forward,
+    moa_loss,
+    verification,
+)
+from tests.spec.test_tree import _llama
+
+SIZE = dict(lsa_intermediate=32, sa_intermediate=48, ca_intermediate=64)
+PROMPTS = [[3, 17, 5, 9, 21], [5, 5, 5, 5], [40, 2, 19, 7, 7, 31], [11, 30, 4]]
+
+
+def _head(target, tli: int = 0, seed: int = 1) -> MoAHead:
+    torch.manual_seed(seed)
+    return MoAHead(target, MoASize(tli=tli, **SIZE))
+
+
+def test_layer_self_attention_treats_each_token_alone() -> None:
+    target = _llama(0, layers=3)
+    head = _head(target)
+    kv = torch.randn(1, 5, 3, 32, dtype=torch.float64)
+    out = head.lsa(kv)
+    kv[0, 2] += 1.0
+    changed = (head.lsa(kv) - out).abs().amax(dim=-1)[0]
+    assert changed[2] > 1e-3 and changed[[0, 1, 3, 4]].max() == 0
+
+
+def test_verification_bounds() -> None:
+    verified, bound = verification(9, prompt=3, period=3)
+    assert verified.tolist() == [1, 1, 1, 0, 0, 1, 0, 0, 1]
+    assert bound.tolist() == [-1, 0, 1, 2, 2, 2, 5, 5, 5]
+
+
+@pytest.mark.parametrize("tli", [0, 1])
+def test_drafting_computes_the_teacher_forced_forward(tli) -> None:
+    """Verified positions 0..n-1; the drafter's activations for the tokens at n, n+1, ...
+    (forced, not drafted) equal the training forward's with that verification."""
+    target = _llama(0, layers=3)
+    head = _head(target, tli)
+    seq = [3, 17, 5, 9, 21, 8, 30, 2, 44, 6]
+    n = 5
+    with torch.no_grad():
+        out = target(input_ids=torch.tensor([seq]), use_cache=True, output_hidden_states=True)
+        kv = layer_kv(out.past_key_values, 0, len(seq))
+        verified, bound = verification(len(seq), prompt=n, period=1000)
+        pred = moa_forward(head, target, torch.tensor([seq]), kv, bound)
+        if tli:
+            mixed = torch.where(verified[None, :, None], out.hidden_states[-1 - tli], pred)
+            pred = finish(target, tli, mixed, torch.arange(len(seq))[None])
+        cache = DynamicCache()
+        target(input_ids=torch.tensor([seq[:n]]), past_key_values=cache, use_cache=True)
+    drafter = MoADrafter(head, target)
+    drafter.observe_cache(cache)
+    drafter.sa_cache = DynamicCache()
+    with torch.no_grad():
+        q = drafter._queries(seq[: n + 1], 0)[:, -1:]
+        for i in range(len(seq) - n - 1):
+            got = drafter.activation(q, n + i)
+            torch.testing.assert_close(got[0, 0], pred[0, n + i], rtol=0, atol=1e-9)
+            q = drafter._queries([seq[n + 1 + i]], n + 1 + i)
+
+
+@pytest.mark.parametrize("tli", [0, 1])
+def test_greedy_decoding_with_the_drafter_is_greedy_decoding(tli) -> None:
+    target = _llama(0, layers=3)
+    head = _head(target, tli)
+    for prompt in PROMPTS:
+        drafter = MoADrafter(head, target)
+        out, steps = speculative_generate(target, prompt, drafter, 16, 3)
+        assert out == greedy_generate(target, prompt, 16)
+        assert drafter.lsa.shape[1] == steps[-1].cache_len  # one LSA vector per verified position
+
+
+def test_training_on_the_targets_states_raises_acceptance() -> None:
+    target = _llama(0, layers=3)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    seqs = []
+    for i in range(16):
+        gen = torch.Generator().manual_seed(100 + i)
+        prompt = torch.randint(0, 48, (5,), generator=gen).tolist()
+        seqs.append(prompt + greedy_generate(target, prompt, 24))
+    head = _head(target)
+    untrained, before = _accepted(target, head), _mean_loss(head, target, seqs)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    rng = random.Random(0)
+    for step in range(150):
+        head.train()
+        loss, _ = moa_loss(head, target, torch.tensor([seqs[step % len(seqs)]]), 5, rng)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert _mean_loss(head, target, seqs) < 0.6 * before
+    assert _accepted(target, head) > untrained
+
+
+def _mean_loss(head, target, seqs) -> float:
+    rng = random.Random(7)
+    with torch.no_grad():
+        losses = [moa_loss(head, target, torch.tensor([s]), 5, rng)[1]["loss"] for s in seqs]
+    return sum(losses) / len(losses)
+
+
+def _accepted(target, head) -> float:
+    head.eval()
+    total, n = 0, 0
+    for prompt in PROMPTS:
+        out, steps = speculative_generate(target, prompt, MoADrafter(head, target), 24, 4)
+        assert out == greedy_generate(target, prompt, 24)
+        total += sum(s.accepted for s in steps)
+        n += len(steps)
+    return total / n
