@@ -103,7 +103,7 @@ def test_training_on_the_targets_states_raises_acceptance() -> None:
     rng = random.Random(0)
     for step in range(150):
         head.train()
-        loss, _ = moa_loss(head, target, torch.tensor([seqs[step % len(seqs)]]), 5, rng)
+        loss, _ = moa_loss(head, target, torch.tensor([seqs[step % len(seqs)]]), 4, rng)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -114,7 +114,7 @@ def test_training_on_the_targets_states_raises_acceptance() -> None:
 def _mean_loss(head, target, seqs) -> float:
     rng = random.Random(7)
     with torch.no_grad():
-        losses = [moa_loss(head, target, torch.tensor([s]), 5, rng)[1]["loss"] for s in seqs]
+        losses = [moa_loss(head, target, torch.tensor([s]), 4, rng)[1]["loss"] for s in seqs]
     return sum(losses) / len(losses)
 
 

@@ -230,12 +230,13 @@ def finish(target: nn.Module, tli: int, pred: torch.Tensor, positions: torch.Ten
     return decoder.norm(pred)
 
 
-def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, response_start: int,
+def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
              rng: random.Random, periods: tuple[int, int] = (5, 15), lambda_kl: float = 0.1,
              lambda_reg: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
-    """One sequence (1, T) whose response starts at `response_start`: the target's K/V and
-    hidden states, a verification period drawn from `periods`, the loss on response
-    positions 1.. (each predicts its own final activation, i.e. the next token)."""
+    """One sequence (1, T) whose next tokens are learned from position `first` on (the last
+    prompt token): the target's K/V and hidden states, positions before `first` verified,
+    then a verification every period (drawn from `periods`) positions, the loss on positions
+    `first`.. (each predicts its own final activation, i.e. the next token)."""
     tli = head.size.tli
     with torch.no_grad():
         out = target(input_ids=tokens, use_cache=True, output_hidden_states=True)
@@ -243,9 +244,9 @@ def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, response_st
         truth = out.hidden_states[-1 - tli]  # (1, T, H)
         final = out.hidden_states[-1]
         p_target = torch.softmax(target.get_output_embeddings()(final).float(), -1)
-    verified, bound = verification(tokens.shape[1], response_start, rng.randint(*periods))
+    verified, bound = verification(tokens.shape[1], first, rng.randint(*periods))
     pred = moa_forward(head, target, tokens, kv, bound)
-    rows = torch.arange(tokens.shape[1]) >= max(response_start, 1)
+    rows = torch.arange(tokens.shape[1]) >= max(first, 1)
     if tli:  # verified positions enter the last layers as the target's own activations
         rows &= ~verified
         reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
