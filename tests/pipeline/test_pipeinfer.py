@@ -27,7 +27,7 @@ PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 24
 
 def _generate(draft_model, depth: int, stops=(), **opts):
     stage = Stage(tiny_llama(0, 3), range(3), head=True)
-    drafter = DraftModelDrafter(draft_model)
+    drafter = DraftModelDrafter(draft_model, report_confidence=True)
 
     def draft(seq: list[int], k: int) -> tuple[list[int], list[float]]:
         proposal = drafter.propose(seq, k)

@@ -10,6 +10,7 @@ from kvspec.models.distil import DistilSpec, Sequence
 from kvspec.spec.decode import greedy_generate
 from kvspec.spec.eagle import EagleHead
 from kvspec.spec.head_train import HeadLoss, train_head, trainable_parameters
+from kvspec.spec.independent import IndependentHead
 from kvspec.spec.moa import MoAHead, MoASize
 from tests.spec.test_tree import _llama
 
@@ -28,10 +29,12 @@ def _sequences(target, n: int) -> list[Sequence]:
 
 def _head(kind: str, target):
     torch.manual_seed(3)
+    if kind == "independent":
+        return IndependentHead(target, layers=1, intermediate=64)
     return MoAHead(target, SIZE) if kind == "moa" else EagleHead(target)
 
 
-@pytest.mark.parametrize("kind", ["moa", "eagle"])
+@pytest.mark.parametrize("kind", ["moa", "eagle", "independent"])
 def test_validation_loss_falls(kind) -> None:
     target = _llama(0, layers=3)
     seqs = _sequences(target, 12)
@@ -62,3 +65,15 @@ def test_resumed_training_equals_uninterrupted(tmp_path) -> None:
     assert [r["step"] for r in curve] == [4, 8]
     for a, b in zip(whole.state_dict().values(), again.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_an_independent_head_drafts_like_a_small_model_and_keeps_greedy() -> None:
+    from kvspec.spec.decode import speculative_generate
+    from kvspec.spec.drafters import DraftModelDrafter
+
+    target = _llama(0, layers=3)
+    head = _head("independent", target)
+    assert {id(p) for p in head.parameters()}.isdisjoint(id(p) for p in target.parameters())
+    for prompt in ([3, 17, 5, 9, 21], [5, 5, 5, 5]):
+        out, _ = speculative_generate(target, prompt, DraftModelDrafter(head), 16, 3)
+        assert out == greedy_generate(target, prompt, 16)

@@ -60,7 +60,7 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module, *, context: int, 
     def sample(q: int) -> None:
         torch.argmax(stage.logits(torch.randn(1, q, cfg.hidden_size, generator=gen)), dim=-1)
 
-    drafter = DraftModelDrafter(draft)
+    drafter = DraftModelDrafter(draft, report_confidence=True)  # as PipeInfer's draft rank
 
     def drafting(k: int) -> None:
         ctx.append(int(torch.randint(0, cfg.vocab_size, (1,), generator=gen)))

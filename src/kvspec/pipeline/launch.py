@@ -101,7 +101,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
         from kvspec.spec.drafters import DraftModelDrafter
 
         draft = AutoModelForCausalLM.from_pretrained(run.draft, dtype=dtype).eval()
-        spec_worker(DraftModelDrafter(draft))
+        spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
     peaks: list[Any] = [None] * run.world_size
     dist.all_gather_object(peaks, _peak_rss_mb())
     if trace is None:

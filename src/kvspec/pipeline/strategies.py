@@ -14,6 +14,7 @@ next pipeline run feeds first.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -164,14 +165,14 @@ def speculative(
 
 def spec_worker(drafter: DraftModelDrafter) -> None:
     """The speculative rank: answer each context from the head with up to `a` draft tokens and
-    the drafter's top-1 probability at each (DRAFT)."""
+    the drafter's top-1 probability at each (DRAFT; NaN unless the drafter reports them)."""
     while True:
         msg = comm.recv(0, 0, torch.long, tag=TAG_TOKENS)
         if msg.kind == STOP:
             return
         draft = drafter.propose(msg.payload.tolist(), msg.a) if msg.a > 0 else None
         tokens = draft.tokens if draft else []
-        confidence = (draft.confidence or []) if draft else []
+        confidence = (draft.confidence if draft else None) or [math.nan] * len(tokens)
         reply = torch.tensor([tokens, confidence], dtype=torch.float64).reshape(2, len(tokens))
         comm.send(Message(DRAFT, len(tokens), payload=reply), 0, tag=TAG_TOKENS)
 

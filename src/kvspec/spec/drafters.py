@@ -368,8 +368,10 @@ class DraftModelDrafter:
         seed: int = 0,
         q_format: str = "tensor",
         top_p: float = 1.0,
+        report_confidence: bool = False,
     ) -> None:
         self.model = model.eval()
+        self.report_confidence = report_confidence  # top-1 probabilities (PipeInfer's cutoff)
         self.sample = sample
         self.temperature, self.top_p = temperature, top_p
         self.generator = torch.Generator().manual_seed(seed)
@@ -389,12 +391,13 @@ class DraftModelDrafter:
             token, probs = self._choose(logits)
             tokens.append(token)
             rows.append(probs)
-            confidence.append(float(torch.softmax(logits.double(), -1).max()))
+            if self.report_confidence:
+                confidence.append(float(torch.softmax(logits.double(), -1).max()))
             if i + 1 < k:
                 logits = self._feed([token])
         q = torch.stack(rows) if rows else torch.zeros(0, 0)  # (k, V)
         q_out = q if self.q_format == "tensor" else _rows_to_dicts(q)
-        return Draft(tokens, q_out, 0, 0, confidence=confidence)
+        return Draft(tokens, q_out, 0, 0, confidence=confidence if self.report_confidence else None)
 
     def _sync(self, ctx: list[int]) -> torch.Tensor:
         """Make the cache hold ctx[:-1] plus the fed tail; return logits after ctx."""

@@ -1,6 +1,7 @@
-"""Training the drafters that read the target's state (document 002): Mixture-of-Attentions heads
+"""Training document 002's drafters against a frozen target: Mixture-of-Attentions heads
 (`kvspec.spec.moa`) on the target's own K/V and hidden states, EAGLE heads
-(`kvspec.spec.eagle`) on its features. The target stays frozen and is run on every sequence
+(`kvspec.spec.eagle`) on its features, Independent heads (`kvspec.spec.independent`) on its
+next-token distributions only. The target stays frozen and is run on every sequence
 (no generation during training, as the document). Sequences are prompt + the target's greedy
 response (`kvspec.models.distil.Sequence`); the mirror has no UltraChat, so the target's own
 responses to the SFT prompts stand in. Optimisation as the distilled drafts: AdamW (0.9, 0.95),
@@ -26,7 +27,7 @@ from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.provenance import config_hash
 
 log = logging.getLogger(__name__)
-KINDS = ("moa", "eagle")
+KINDS = ("moa", "eagle", "independent")
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,13 @@ Loss = tuple[torch.Tensor, dict[str, float]]
 
 def sequence_loss(kind: str, head: nn.Module, target: nn.Module, seq: Sequence,
                   rng: random.Random, weights: HeadLoss) -> Loss:  # fmt: skip
-    """The loss of one sequence: MoA from its first learned position on, EAGLE on every
-    position (its features are all the target's)."""
+    """The loss of one sequence: MoA and Independent from its first learned position on,
+    EAGLE on every position (its features are all the target's)."""
     ids = torch.tensor([seq.ids], dtype=torch.long)
+    if kind == "independent":
+        from kvspec.spec.independent import independent_loss
+
+        return independent_loss(head, target, ids, seq.start, weights.lambda_kl)
     if kind == "moa":
         from kvspec.spec.moa import moa_loss
 

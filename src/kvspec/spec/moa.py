@@ -59,8 +59,9 @@ class MoASize:
     tli: int = 0
 
 
-def _config(hidden: int, intermediate: int, kv_heads: int, positions: int, eps: float,
-            theta: float) -> LlamaConfig:  # fmt: skip
+def llama_layer_config(hidden: int, intermediate: int, kv_heads: int, positions: int,
+                       eps: float, theta: float) -> LlamaConfig:  # fmt: skip
+    """A Llama decoder layer's config of this width (heads of 64 dims, or one head)."""
     head_dim = min(64, hidden)
     heads = hidden // head_dim
     kv = max(1, min(kv_heads, heads))
@@ -91,7 +92,7 @@ class LayerSelfAttention(nn.Module):
     def __init__(self, layers: int, width: int, kv_heads: int, intermediate: int, out: int,
                  eps: float) -> None:  # fmt: skip
         super().__init__()
-        config = _config(width, intermediate, kv_heads, layers, eps, 10000.0)
+        config = llama_layer_config(width, intermediate, kv_heads, layers, eps, 10000.0)
         self.layer = LlamaDecoderLayer(config, layer_idx=0)
         self.rotary = LlamaRotaryEmbedding(config)
         self.out = nn.Linear(width, out, bias=True)
@@ -160,12 +161,12 @@ class MoAHead(nn.Module):
         self.size = size
         self.lsa = LayerSelfAttention(tc.num_hidden_layers, width, tc.num_key_value_heads,
                                       size.lsa_intermediate, hidden, eps)  # fmt: skip
-        theta = _rope_theta(tc)
-        sa = _config(hidden, size.sa_intermediate, tc.num_key_value_heads,
+        theta = rope_theta(tc)
+        sa = llama_layer_config(hidden, size.sa_intermediate, tc.num_key_value_heads,
                      tc.max_position_embeddings, eps, theta)  # fmt: skip
         self.sa = LlamaDecoderLayer(sa, layer_idx=0)
         self.sa_rotary = LlamaRotaryEmbedding(sa)
-        ca = _config(hidden, size.ca_intermediate, tc.num_key_value_heads,
+        ca = llama_layer_config(hidden, size.ca_intermediate, tc.num_key_value_heads,
                      tc.max_position_embeddings, eps, theta)  # fmt: skip
         self.ca = CrossAttention(ca)
         self.to(dtype=next(target.parameters()).dtype)
@@ -182,7 +183,7 @@ class MoAHead(nn.Module):
                        position_embeddings=rope)  # fmt: skip
 
 
-def _rope_theta(config: Any) -> float:
+def rope_theta(config: Any) -> float:
     params = getattr(config, "rope_parameters", None) or {}
     return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
