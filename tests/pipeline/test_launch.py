@@ -14,17 +14,6 @@ from tests.pipeline.test_stage import tiny_llama
 PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 14
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("pipeline_models")
-    out = {}
-    for name, seed, layers in (("target", 0, 5), ("draft", 1, 1)):
-        model = tiny_llama(seed, layers)
-        model.save_pretrained(root / name)
-        out[name] = str(root / name)
-    return out
-
-
 def _launch(tmp_path, run: PipelineRun) -> dict:
     out = tmp_path / "out.json"
     launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")

@@ -3,7 +3,8 @@
 `python -m kvspec.pipeline.launch SPEC.json OUT.json` is what every rank runs (started by
 `torchrun` locally, or by `srun` under Slurm: torch.distributed's env:// rendezvous either
 way); rank 0 writes OUT.json (tokens, TTFT, ITL, speed, per-rank peak memory), atomically, only
-when every rank finished. `launch_local` starts the ranks with torchrun on this machine.
+when every rank finished. `launch_local` starts the ranks with torchrun on this machine,
+`launch_srun` as the tasks of a Slurm step.
 """
 
 from __future__ import annotations
@@ -129,10 +130,23 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size: torchrun's RANK/WORLD_SIZE, or srun's
+    SLURM_PROCID/SLURM_NTASKS (exported as RANK/WORLD_SIZE for the env:// rendezvous)."""
+    for rank_key, world_key in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_key in os.environ and world_key in os.environ:
+            rank, world = os.environ[rank_key], os.environ[world_key]
+            os.environ["RANK"], os.environ["WORLD_SIZE"] = rank, world
+            return int(rank), int(world)
+    raise RuntimeError("no rank: start ranks with torchrun or srun (RANK/WORLD_SIZE or "
+                       "SLURM_PROCID/SLURM_NTASKS)")  # fmt: skip
+
+
 def main(spec_path: str, out_path: str) -> None:
-    """Entry point of every rank (env:// rendezvous: RANK, WORLD_SIZE, MASTER_ADDR/PORT)."""
+    """Entry point of every rank (env:// rendezvous: MASTER_ADDR/PORT, and the rank and world
+    size from torchrun or srun)."""
     run = PipelineRun(**json.loads(Path(spec_path).read_text()))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world = _rank_and_world()
     if world != run.world_size:
         raise ValueError(f"{run.strategy} over {run.n_stages} stages needs {run.world_size} "
                          f"ranks, got WORLD_SIZE={world}")  # fmt: skip
@@ -150,24 +164,55 @@ def main(spec_path: str, out_path: str) -> None:
 def launch_local(run: PipelineRun, spec_path: Path, out_path: Path, log: Path) -> None:
     """Start every rank on this machine with torchrun; raise if any rank fails or time runs
     out (torchrun then stops the others). OUT.json exists only after a complete run."""
-    spec_path.write_text(json.dumps(dataclasses.asdict(run)))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={run.world_size}", "-m", "kvspec.pipeline.launch",
            str(spec_path), str(out_path)]  # fmt: skip
+    _launch(cmd, run, spec_path, log, os.environ.copy(), _root_cause)
+
+
+def launch_srun(run: PipelineRun, spec_path: Path, out_path: Path, log: Path,
+                srun_args: list[str] | tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Start every rank as a task of `srun` (inside a Slurm allocation the tasks spread over
+    its nodes; outside one, srun allocates): rank 0, the rendezvous, is task 0 on the first
+    node, this one. Failures and time-outs as `launch_local`."""
+    import socket
+
+    with socket.socket() as probe:  # a free port for the rendezvous on this node
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    env = os.environ.copy() | {"MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(port)}
+    cmd = ["srun", f"--ntasks={run.world_size}", "--kill-on-bad-exit=1",
+           f"--cpus-per-task={run.threads}", *srun_args, sys.executable, "-m",
+           "kvspec.pipeline.launch", str(spec_path), str(out_path)]  # fmt: skip
+    _launch(cmd, run, spec_path, log, env, _srun_cause)
+
+
+def _launch(cmd: list[str], run: PipelineRun, spec_path: Path, log: Path, env: dict[str, str],
+            cause) -> None:  # fmt: skip
+    spec_path.write_text(json.dumps(dataclasses.asdict(run)))
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
         try:
             code = proc.wait(timeout=run.timeout_s * 2)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and every rank it started
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank it started
             proc.wait()
             raise RuntimeError(f"pipeline run timed out after {run.timeout_s * 2:.0f} s; "
                                f"log {log}") from None  # fmt: skip
     if code != 0:
         text = log.read_text()
         tail = "".join(text.splitlines(keepends=True)[-20:])
-        raise RuntimeError(f"pipeline run failed (exit {code}): {_root_cause(text)}; log {log}:\n"
+        raise RuntimeError(f"pipeline run failed (exit {code}): {cause(text)}; log {log}:\n"
                            f"{tail}")  # fmt: skip
+
+
+def _srun_cause(log_text: str) -> str:
+    """The first task srun reports as failed, and how it ended."""
+    found = re.search(r"srun: error: \S+: task (\d+): (.+)", log_text)
+    if not found:
+        return "no task named in srun's report"
+    return f"pipeline rank {found.group(1)} failed first ({found.group(2).strip()})"
 
 
 def _root_cause(log_text: str) -> str:

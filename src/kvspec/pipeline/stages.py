@@ -12,7 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from kvspec.io import read_json, write_json
-from kvspec.pipeline.launch import PipelineRun, launch_local
+from kvspec.pipeline.launch import PipelineRun, launch_local, launch_srun
 from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ def runs_stage(
                     dtype,
                     threads if n == 1 and strategy == "iterative" else None,
                 )
-                result = _launch(spec, Path(tmp))
+                result = _launch(spec, Path(tmp), settings)
                 rows.append(_row(name, pid, len(ids), run, spec, result, reference))
                 log.info("%s %s run %d: %s n=%d %.2f tok/s, exact %s", name, pid, run, strategy,
                          n, result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
@@ -135,10 +135,15 @@ def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], st
     )  # fmt: skip
 
 
-def _launch(spec: PipelineRun, tmp: Path) -> dict[str, Any]:
+def _launch(spec: PipelineRun, tmp: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """One run through the configured launcher: torchrun on this machine, or srun (the ranks
+    as tasks of a Slurm step, across the nodes of the job's allocation)."""
     out = tmp / "out.json"
     out.unlink(missing_ok=True)
-    launch_local(spec, tmp / "spec.json", out, tmp / "run.log")
+    if settings["launcher"] == "srun":
+        launch_srun(spec, tmp / "spec.json", out, tmp / "run.log", settings["srun_args"])
+    else:
+        launch_local(spec, tmp / "spec.json", out, tmp / "run.log")
     return read_json(out)
 
 
