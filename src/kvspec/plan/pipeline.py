@@ -95,11 +95,17 @@ class PipelinePlan:
             stem = f"pipeinfer_figure_{number}"
             items.append(self._item(stem, renderer, {"result": sim}, params | extra,
                                     _figure(stem, f"Figure {number}")))  # fmt: skip
+        for number, roman in enumerate(("I", "II", "III", "IV"), start=1):  # transcribed only
+            stem = f"pipeinfer_table_{number}"
+            paper = str(self.repo / paths.PAPER.format(name=stem))
+            items.append(self._item(stem, "render_paper_only", {"paper": [paper]}, {},
+                                    table_outputs(stem, label=f"Table {roman}")))  # fmt: skip
         return items
 
     def _item(self, stem: str, renderer: str, inputs: dict[str, list[str]],
               params: dict[str, Any], outputs: dict[str, Output]) -> ReportItem:  # fmt: skip
-        return ReportItem(rule=f"report_{stem}", renderer=f"pipeline:{renderer}",
+        module = "tables" if renderer == "render_paper_only" else "pipeline"
+        return ReportItem(rule=f"report_{stem}", renderer=f"{module}:{renderer}",
                           log=f"logs/report/{stem}.log", category=CATEGORY, inputs=inputs,
                           outputs=outputs, params=params, document="pipeinfer")  # fmt: skip
 
