@@ -152,4 +152,4 @@ def _row(name: str, pid: str, prompt_len: int, run: int, spec: PipelineRun,
     return {"set": name, "prompt": pid, "prompt_tokens": prompt_len, "run": run,
             "strategy": spec.strategy, "n_stages": spec.n_stages, "ranks": spec.world_size,
             "threads_per_rank": spec.threads, **{m: result.get(m) for m in METRICS},
-            "exact": result["tokens"] == reference}  # fmt: skip
+            "link": result.get("link"), "exact": result["tokens"] == reference}  # fmt: skip
