@@ -9,12 +9,11 @@ and the bandwidth of a large copy and a large sum, medians of repeats.
 
 from __future__ import annotations
 
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from kvspec.timing import median_seconds
 
 H100_PEAK_FLOPS = 989e12  # lecture eq. (5), dense bf16
 H100_BANDWIDTH = 3.35e12  # bytes/s
@@ -51,22 +50,12 @@ def attention_intensity(s: int, t: int, heads: int, kv_heads: int, head_dim: int
     return flops / moved
 
 
-def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def measure_bandwidth(megabytes: int, repeats: int) -> dict[str, float]:
     """GB/s of a copy (read + write) and a sum (read) over a float32 array of `megabytes`."""
     n = megabytes * 2**20 // 4
     src, dst = torch.rand(n), torch.empty(n)
-    copy = _median_seconds(lambda: dst.copy_(src), repeats)
-    total = _median_seconds(lambda: src.sum(), repeats)
+    copy = median_seconds(lambda: dst.copy_(src), repeats)
+    total = median_seconds(lambda: src.sum(), repeats)
     return {"copy_gb_s": 2 * 4 * n / copy / 1e9, "sum_gb_s": 4 * n / total / 1e9}
 
 
@@ -75,7 +64,7 @@ def measure_matmul(b: int, d: int, f: int, repeats: int, seed: int) -> dict[str,
     gen = torch.Generator().manual_seed(seed)
     x, w = torch.randn(b, d, generator=gen), torch.randn(d, f, generator=gen)
     out = torch.empty(b, f)
-    seconds = _median_seconds(lambda: torch.matmul(x, w, out=out), repeats)
+    seconds = median_seconds(lambda: torch.matmul(x, w, out=out), repeats)
     return {
         "b": b, "d": d, "f": f, "seconds": seconds,
         "intensity": linear_intensity(b, d, f, bytes_per=4),

@@ -10,13 +10,13 @@ fitted as a + b·q by least squares over medians of `repeats` timings.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from kvspec.pipeline.simulate import Calibration
+from kvspec.timing import median_seconds
 
 FEEDS = (1, 2, 4, 8)
 DRAFTS = (1, 2, 4)
@@ -26,16 +26,6 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line, the intercept floored at 0."""
     slope, intercept = statistics.linear_regression(xs, ys)
     return max(intercept, 0.0), slope
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @torch.inference_mode()
@@ -66,9 +56,11 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module, *, context: int, 
         ctx.append(int(torch.randint(0, cfg.vocab_size, (1,), generator=gen)))
         drafter.propose(ctx, k)  # one new context token, then k drafted: as in decoding
 
-    raw = {"stack": {q: median_time(lambda q=q: step(q), repeats) for q in FEEDS},
-           "head": {q: median_time(lambda q=q: sample(q), repeats) for q in FEEDS},
-           "draft": {k: median_time(lambda k=k: drafting(k), repeats) for k in DRAFTS}}  # fmt: skip
+    def timed(fn, sizes) -> dict[int, float]:
+        return {n: median_seconds(lambda n=n: fn(n), repeats) for n in sizes}
+
+    raw = {"stack": timed(step, FEEDS), "head": timed(sample, FEEDS),
+           "draft": timed(drafting, DRAFTS)}  # fmt: skip
     layer = [t / layers for t in raw["stack"].values()]
     dtype_bytes = next(target.parameters()).element_size()
     cal = Calibration(

@@ -29,8 +29,6 @@ superfluous, only invalid. Greedy output equals single-process greedy decoding (
 from __future__ import annotations
 
 import itertools
-import os
-import signal
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -42,7 +40,7 @@ from kvspec.pipeline import comm
 from kvspec.pipeline.cells import CANONICAL, MultiBuffer
 from kvspec.pipeline.comm import CANCEL, COPY, REMOVE, RUN, SKIP, STOP, Message
 from kvspec.pipeline.stage import Stage
-from kvspec.pipeline.strategies import Trace
+from kvspec.pipeline.strategies import Trace, die_at, stage_io
 from kvspec.spec.decode import _ended
 
 DraftFn = Callable[[list[int], int], tuple[list[int], list[float]]]
@@ -325,8 +323,7 @@ def pipeinfer_worker(stage: Stage, rank: int, n_stages: int, die_after: int | No
     unless cancelled (then pass SKIP on), apply and forward cache transactions; the last stage
     returns results, and finally STOP, to the head. `die_after`: as `stage_worker`."""
     buffer = MultiBuffer(stage)
-    hidden_size = stage.layers[0].self_attn.o_proj.out_features
-    dtype = next(stage.parameters()).dtype
+    hidden_size, dtype = stage_io(stage)
     last = rank == n_stages - 1
     nxt = 0 if last else rank + 1
     cancels = comm.Listener(0, 0, torch.long, comm.TAG_CANCEL, lambda m: m.a < 0)
@@ -336,8 +333,7 @@ def pipeinfer_worker(stage: Stage, rank: int, n_stages: int, die_after: int | No
         msg = comm.recv(rank - 1, hidden_size, dtype)
         if msg.kind == RUN:
             runs += 1
-            if runs == die_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+            die_at(runs, die_after)
             while (note := cancels.get(block=False)) is not None:
                 cancelled.add(note.a)
             if msg.a in cancelled:

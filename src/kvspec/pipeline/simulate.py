@@ -173,12 +173,17 @@ def _through(pipe: Pipeline, now: float, q: int, speculative: bool = False) -> _
     return run
 
 
+def _prefill(pipe: Pipeline, s: Setting) -> float:
+    """The prompt minus its last token through the pipeline; when it is back."""
+    now = _through(pipe, 0.0, s.prompt - 1).back
+    pipe.retire()
+    return now
+
+
 def _iterative(pipe: Pipeline, s: Setting, rng: random.Random) -> Outcome:
     """Prefill the prompt minus its last token, then one token per pipeline pass."""
     out = Outcome()
-    run = _through(pipe, 0.0, s.prompt - 1)
-    now = run.back
-    pipe.retire()
+    now = _prefill(pipe, s)
     while len(out.times) < s.new_tokens:
         run = _through(pipe, now, 1)
         now = run.back + pipe.cal.sample(1)
@@ -191,9 +196,7 @@ def _iterative(pipe: Pipeline, s: Setting, rng: random.Random) -> Outcome:
 def _speculative(pipe: Pipeline, s: Setting, rng: random.Random) -> Outcome:
     """Prefill, then per run: k drafts, k + 1 tokens verified, accepted prefix + 1 emitted."""
     out = Outcome()
-    run = _through(pipe, 0.0, s.prompt - 1)
-    now = run.back
-    pipe.retire()
+    now = _prefill(pipe, s)
     while len(out.times) < s.new_tokens:
         k = min(s.k, s.new_tokens - len(out.times) - 1)
         now += pipe.cal.drafting(k) if k else 0.0

@@ -98,16 +98,14 @@ def stage_worker(stage: Stage, rank: int, n_stages: int, die_after: int | None =
     """Ranks 1..S-1: run RUN messages through the stage and pass them on (the last stage back
     to the head); apply and forward CROP; forward STOP and return. `die_after` (fault tests):
     SIGKILL this process when that many RUN messages have been handled."""
-    hidden_size = stage.layers[0].self_attn.o_proj.out_features
-    dtype = next(stage.parameters()).dtype
+    hidden_size, dtype = stage_io(stage)
     last = rank == n_stages - 1
     runs = 0
     while True:
         msg = comm.recv(rank - 1, hidden_size, dtype)
         if msg.kind == RUN:
             runs += 1
-            if runs == die_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+            die_at(runs, die_after)
             out = stage(msg.payload)
             comm.send(Message(RUN, msg.n, payload=out), 0 if last else rank + 1)
             continue
@@ -117,6 +115,17 @@ def stage_worker(stage: Stage, rank: int, n_stages: int, die_after: int | None =
             comm.send(msg, rank + 1)
         if msg.kind == STOP:
             return
+
+
+def stage_io(stage: Stage) -> tuple[int, torch.dtype]:
+    """The hidden size and dtype of the activations a stage receives."""
+    return stage.layers[0].self_attn.o_proj.out_features, next(stage.parameters()).dtype
+
+
+def die_at(runs: int, die_after: int | None) -> None:
+    """Fault tests: SIGKILL this process when it has handled `die_after` runs."""
+    if runs == die_after:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def iterative(head: Head, prompt: list[int], max_new_tokens: int, stops: Sequence[int]) -> Trace:

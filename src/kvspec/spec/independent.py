@@ -69,5 +69,7 @@ def independent_loss(head: IndependentHead, target: nn.Module, tokens: torch.Ten
         p_target = torch.softmax(target(input_ids=tokens).logits[0, first:].float(), -1)
     logq = torch.log_softmax(head(tokens).logits[0, first:].float(), -1)
     ce = -(p_target * logq).sum(-1).mean()
+    entropy = -(p_target * torch.log(p_target.clamp_min(1e-30))).sum(-1).mean()
     loss = lambda_kl * ce
-    return loss, {"ce": float(ce.detach()), "loss": float(loss.detach())}
+    kl = float((ce - entropy).detach())  # the part of the loss training can remove
+    return loss, {"ce": float(ce.detach()), "kl": kl, "loss": float(loss.detach())}
