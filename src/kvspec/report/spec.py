@@ -234,9 +234,13 @@ TABLE_4_7_LABELS = {
     "sd_infgram_sft_adaptive": "Infinigram SFT, adaptive depth (ours)",
     "sd_hybrid_target": "Prompt + Infinigram Target hybrid, adaptive (ours)",
     "sd_hybrid_sft": "Prompt + Infinigram SFT hybrid, adaptive (ours)",
+    "sd_hybrid_target_tree": "Request-local trie + Infinigram Target, draft tree (ours)",
+    "sd_hybrid_sft_tree": "Request-local trie + Infinigram SFT, draft tree (ours)",
 }
 EAGLE = "Eagle-3 (Neural)"
 METHOD_ORDER = [
+    "sd_hybrid_target_tree",
+    "sd_hybrid_sft_tree",
     "sd_infgram_target_adaptive",
     "sd_infgram_sft_adaptive",
     "sd_hybrid_target",

@@ -26,6 +26,7 @@ from kvspec.io import read_json
 from kvspec.spec.adaptive import AdaptiveDrafter, Calibration
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
+from kvspec.spec.local_tree import HybridTreeDrafter, LocalTreeSettings
 from kvspec.spec.methods import GREEDY_ONLY, METHODS
 from kvspec.spec.ngram_index import open_engine
 from kvspec.spec.tree import ModelTreeDrafter, tree_generate
@@ -65,6 +66,7 @@ class Setup:
     threshold: float = 0.2
     prior_weight: float = 0.1
     tree: Mapping[str, int] = field(default_factory=lambda: {"depth": 4, "topk": 4, "total": 16})
+    local_tree: Mapping[str, Any] = field(default_factory=dict)  # LocalTreeSettings fields
     arctic_suffix: str | None = None  # build directory of Arctic Inference's suffix tree
     corpus: Sequence[tuple[list[int], list[int]]] = ()  # (prompt, response) ids it starts from
 
@@ -73,8 +75,8 @@ class Setup:
         cls, target, stops: list[int], max_new_tokens: int, decode: Mapping[str, Any], **kw
     ) -> Setup:
         """A Setup from the config's `spec.decode` block (k, draft_k, confidence, min_match,
-        adaptive.threshold, adaptive.prior_weight, tree)."""
-        keys = ("confidence", "min_match", *(("tree",) if "tree" in decode else ()))
+        adaptive.threshold, adaptive.prior_weight, tree, local_tree)."""
+        keys = ("confidence", "min_match", *(k for k in ("tree", "local_tree") if k in decode))
         adaptive = decode.get("adaptive") or {}
         extra = {k: adaptive[k] for k in ("threshold", "prior_weight") if k in adaptive}
         return cls(target, stops, max_new_tokens, decode["k"], decode["draft_k"],
@@ -180,18 +182,23 @@ def make_drafter(name: str, setup: Setup) -> tuple[Any, int]:
             break
     else:
         raise ValueError(f"unknown decoding method {name!r}; known: {METHODS}")
-    if index not in setup.engines:
-        raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
-    ngram = InfiniGramDrafter(
-        setup.engines[index], confidence=setup.confidence, min_match=setup.min_match,
-        sample=False, seed=setup.seed,
-    )  # fmt: skip
+    ngram = _ngram_drafter(name, index, setup)
     if name == base and prefix == "sd_infgram_":
         return ngram, setup.k
     drafters = {"index": ngram} if prefix == "sd_infgram_" else {
         "local": PromptLookupDrafter(), "index": ngram,
     }  # fmt: skip
     return _adaptive(drafters, setup, setup.calibrations.get(index)), setup.k
+
+
+def _ngram_drafter(name: str, index: str, setup: Setup) -> InfiniGramDrafter:
+    """Greedy inf_nkt drafts from the opened index `index` (method `name` needs it)."""
+    if index not in setup.engines:
+        raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
+    return InfiniGramDrafter(
+        setup.engines[index], confidence=setup.confidence, min_match=setup.min_match,
+        sample=False, seed=setup.seed,
+    )  # fmt: skip
 
 
 def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDrafter:
@@ -201,7 +208,7 @@ def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDraf
 
 
 def _sd_method(name: str, setup: Setup) -> Method:
-    if name in ("sd_draft_tree", "sd_suffix_decoding"):
+    if name in ("sd_draft_tree", "sd_suffix_decoding") or name.endswith("_tree"):
         return _tree_method(name, setup)
     drafter, k = make_drafter(name, setup)
 
@@ -233,8 +240,11 @@ def _tree_method(name: str, setup: Setup) -> Method:
 
 
 def _tree_drafter(name: str, setup: Setup) -> Any:
-    """sd_draft_tree: EAGLE-2's dynamic tree from the draft model; sd_suffix_decoding: Arctic
-    Inference's suffix trees over the target-response corpus and the request."""
+    """sd_draft_tree: EAGLE-2's dynamic tree from the draft model; sd_hybrid_*_tree: the
+    request-local trie plus the index's chain; sd_suffix_decoding: Arctic Inference's suffix
+    trees over the target-response corpus and the request."""
+    if name.startswith("sd_hybrid_"):
+        return _hybrid_tree(name, setup)
     if name == "sd_draft_tree":
         if setup.draft is None:
             raise ValueError("sd_draft_tree needs a draft model")
@@ -245,6 +255,13 @@ def _tree_drafter(name: str, setup: Setup) -> Any:
     from kvspec.spec.suffix_peer import ArcticSuffixDrafter
 
     return ArcticSuffixDrafter(setup.arctic_suffix, setup.corpus, setup.k)
+
+
+def _hybrid_tree(name: str, setup: Setup) -> HybridTreeDrafter:
+    index = name.removeprefix("sd_hybrid_").removesuffix("_tree")
+    return HybridTreeDrafter(
+        _ngram_drafter(name, index, setup), LocalTreeSettings.from_config(setup.local_tree)
+    )
 
 
 def _sd_run(tokens: list[int], steps: Sequence[Any], seconds: float) -> Run:

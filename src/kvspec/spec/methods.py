@@ -23,13 +23,17 @@ METHOD_INPUTS: dict[str, tuple[str, ...]] = {
     # request-local prompt lookup + index, adaptive, the better expected draft each step
     "sd_hybrid_sft": ("index_sft", "calib_index_sft"),
     "sd_hybrid_target": ("index_target", "calib_index_target"),
+    # the hybrid as one draft tree: every earlier continuation of the longest request-local
+    # match (a trie) plus the index's chain, gated by match length (kvspec.spec.local_tree)
+    "sd_hybrid_sft_tree": ("index_sft",),
+    "sd_hybrid_target_tree": ("index_target",),
     # Arctic Inference's SuffixDecoding (built from its source release) over the same
     # target responses as index_target plus the request itself; draft trees (greedy only)
     "sd_suffix_decoding": ("arctic_suffix", "responses"),
 }
 METHODS = tuple(METHOD_INPUTS)
 GREEDY_ONLY = frozenset(
-    {"sd_draft_tree", "sd_suffix_decoding"}
+    {"sd_draft_tree", "sd_suffix_decoding", "sd_hybrid_sft_tree", "sd_hybrid_target_tree"}
 )  # no rejection-sampling variant ("@sample")
 # which index each infini-gram method reads: (corpus, fraction) of results/ngram/<model>/
 INDEX_OF = {"index_sft": ("sft", "1"), "index_target": ("responses", "1")}

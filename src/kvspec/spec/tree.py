@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import torch
 
-from kvspec.spec.decode import Step, _as_list, _ended, _prefill, _truncate_at_eos
+from kvspec.spec.decode import Step, _as_list, _ended, _forward, _prefill, _truncate_at_eos
 from kvspec.spec.drafters import Drafter, DraftModelDrafter, crop_to
 
 ROOT = -1  # parent index of the root's children
@@ -105,7 +105,9 @@ def keep_positions(cache: Any, index: Sequence[int]) -> None:
 
 def tree_logits(model: torch.nn.Module, cache: Any, root: int, tree: DraftTree) -> torch.Tensor:
     """Feed the root and every node after the cached prefix; next-token logits per row
-    (row 0: the root, row i + 1: node i).  # (n + 1, V)"""
+    (row 0: the root, row i + 1: node i); an empty tree is a plain greedy step.  # (n + 1, V)"""
+    if not tree.tokens:
+        return _forward(model, cache, [root])
     past = cache.get_seq_length()
     depths = [0, *tree.depths()]
     rows = [[past]] + [
@@ -253,7 +255,8 @@ def tree_generate(
         t1 = time.perf_counter()
         past = cache.get_seq_length()
         path, nxt = verify_tree_greedy(tree_logits(target, cache, seq[-1], tree), tree)
-        keep_positions(cache, [*range(past + 1), *(past + 1 + i for i in path)])
+        if len(path) < len(tree.tokens):  # drop the rejected nodes
+            keep_positions(cache, [*range(past + 1), *(past + 1 + i for i in path)])
         t2 = time.perf_counter()
         emitted = _truncate_at_eos([*(tree.tokens[i] for i in path), nxt], eos_token_id)
         seq += emitted
