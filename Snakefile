@@ -29,6 +29,7 @@ include: "workflow/rules/specdecode.smk"
 include: "workflow/rules/sampling.smk"
 include: "workflow/rules/lecture.smk"
 include: "workflow/rules/pipeline.smk"
+include: "workflow/rules/moa.smk"
 include: "workflow/rules/report.smk"
 
 

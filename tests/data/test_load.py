@@ -156,6 +156,7 @@ def test_real_mirror_files_normalize(mini_config: dict) -> None:
         "mmlu": 14042,
         "math500": 500,
         "wikitext2_test": 62,
+        "spec_bench": 480,
     }
     for name, count in expected.items():
         s = {**spec("text", "text", []), **mini_config["data"]["datasets"][name], "limit": None}
@@ -163,3 +164,9 @@ def test_real_mirror_files_normalize(mini_config: dict) -> None:
         assert len(recs) == count, name
         if s["kind"] == "multiple_choice":
             assert len({r["gold"] for r in recs}) > 1, name  # labels are not all the same
+
+
+def test_spec_bench_prompts_keep_first_turn_and_category() -> None:
+    recs = load_dataset("sb", spec("prompt", "spec_bench", ["spec_bench/question.jsonl"]), M)
+    assert recs == [{"id": "81", "prompt": "Compose a short poem.", "category": "writing"},
+                    {"id": "200", "prompt": "Who wrote Hamlet?", "category": "qa"}]  # fmt: skip

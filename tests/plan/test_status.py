@@ -39,9 +39,10 @@ def test_counts_at_the_mini_scale(plans) -> None:
     assert {("specdec_qwen", f"Figure {n}") for n in range(1, 11)} <= measured
     numbered = [r for r in rows if r["document"] != "lecture"]
     # thesis 17 + document 004's 10 + PipeInfer's Figure 10 measured; its Figures 4-8
-    # simulated, Figure 9 (GPUs) not here; MoA pending (issues 15, 16)
+    # simulated, Figure 9 (GPUs) not here; MoA Tables 2, 5, 10 measured, 8, 9 pending (issue 15),
+    # 3, 4, 7 pending (issue 16)
     assert Counter(r["status"] for r in numbered) == {
-        status_mod.MEASURED: 28, status_mod.SIMULATED: 5, status_mod.PAPER_ONLY: 15,
+        status_mod.MEASURED: 31, status_mod.SIMULATED: 5, status_mod.PAPER_ONLY: 12,
         status_mod.NOT_HERE: 9,
     }  # fmt: skip
     pipeinfer = {r["artifact"]: r["status"] for r in numbered if r["document"] == "pipeinfer"}
@@ -68,6 +69,7 @@ def test_an_artifact_without_a_reason_is_refused(plans, monkeypatch) -> None:
     reasons = dict(status_mod.REASONS)
     del reasons[("moa", "Table 1")]
     monkeypatch.setattr(status_mod, "REASONS", reasons)
+    monkeypatch.setattr(status_mod, "_stage_off", lambda document: None)  # no default either
     with pytest.raises(ValueError, match="moa Table 1 is not measured and has no stated reason"):
         status_rows(plans["config"], PAPER)
 

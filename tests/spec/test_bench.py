@@ -163,3 +163,14 @@ def test_baseline_spread_and_unstable_flag():
     assert not summarize(records, unstable_spread=0.5)["baseline_unstable"].iloc[0]
     one = [{**r, "baseline_seconds": [1.0]} if r["method"] == "greedy" else r for r in records]
     assert np.isnan(baseline_spread(one))
+
+
+def test_prompt_sets_take_their_categories_in_turn() -> None:
+    from kvspec.spec.bench import _by_category
+
+    recs = [{"id": str(i), "prompt": f"p{i}", "category": c}
+            for i, c in enumerate(["a", "a", "b", "c", "b"])]  # fmt: skip
+    assert [i for i, _ in _by_category(recs, ["b", "a"])] == ["2", "0", "4", "1"]
+    assert [i for i, _ in _by_category(recs, None)] == ["0", "2", "3", "1", "4"]
+    with pytest.raises(ValueError, match="no prompt records of the categories"):
+        _by_category(recs, ["z"])

@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 
 from kvspec.spec.decode import greedy_generate, speculative_generate
-from kvspec.spec.eagle import EagleDrafter, EagleHead, FeatureTap, eagle_loss
+from kvspec.spec.drafters import crop_to
+from kvspec.spec.eagle import EagleDrafter, EagleHead, EagleTreeDrafter, FeatureTap, eagle_loss
+from kvspec.spec.tree import tree_generate
 from tests.spec.test_tree import _llama
 
 PROMPTS = [[3, 17, 5, 9, 21], [5, 5, 5, 5], [40, 2, 19, 7, 7, 31], [11, 30, 4]]
@@ -71,3 +73,41 @@ def _accepted(target, head) -> float:
         total += sum(s.accepted for s in steps)
         steps_n += len(steps)
     return total / steps_n
+
+
+def test_tree_scores_are_the_heads_own_chain_probabilities() -> None:
+    """Every node's score is the head's joint log-probability of its path computed by plain
+    chain drafting along it: the tree mask, positions and parent features are right."""
+    target = _llama(0)
+    torch.manual_seed(2)
+    head = EagleHead(target)
+    context = [3, 17, 5, 9, 21, 8]
+    drafter = EagleTreeDrafter(head, target, depth=3, topk=3, total=21)
+    drafter.observe(_features(target, context)[:-1], 0)
+    tree = drafter.propose_tree(context, 3)
+    assert len(tree.tokens) == 21
+    chain = EagleDrafter(head, target)
+    chain.observe(_features(target, context)[:-1], 0)
+    n = len(context) - 1
+    with torch.no_grad():
+        for i in range(len(tree.tokens)):
+            out, want = chain._sync(context), 0.0
+            for j, t in enumerate(tree.tokens[a] for a in tree.path(i)):
+                want += float(torch.log_softmax(chain.lm_head(out[0, -1]).double(), -1)[t])
+                out = chain._step(out, [t], n + j)
+            crop_to(chain.cache, n)
+            assert abs(tree.scores[i] - want) < 1e-8
+    assert drafter.cache.get_seq_length() == n
+
+
+def test_greedy_tree_decoding_with_the_head_is_greedy_decoding() -> None:
+    target = _llama(0)
+    torch.manual_seed(1)
+    head = EagleHead(target)
+    for prompt in PROMPTS:
+        drafter = EagleTreeDrafter(head, target, depth=3, topk=2, total=6)
+        out, steps = tree_generate(target, prompt, drafter, 16)
+        assert out == greedy_generate(target, prompt, 16)
+        seq = prompt + out
+        known = torch.stack(drafter.features)
+        torch.testing.assert_close(known, _features(target, seq)[: len(known)], rtol=0, atol=1e-10)

@@ -15,12 +15,14 @@ from kvspec.spec.moa import (
     MoADrafter,
     MoAHead,
     MoASize,
+    MoATreeDrafter,
     finish,
     layer_kv,
     moa_forward,
     moa_loss,
     verification,
 )
+from kvspec.spec.tree import tree_generate
 from tests.spec.test_tree import _llama
 
 SIZE = dict(lsa_intermediate=32, sa_intermediate=48, ca_intermediate=64)
@@ -127,3 +129,48 @@ def _accepted(target, head) -> float:
         total += sum(s.accepted for s in steps)
         n += len(steps)
     return total / n
+
+
+def _verified_cache(target, context: list[int]) -> DynamicCache:
+    cache = DynamicCache()
+    with torch.no_grad():
+        target(input_ids=torch.tensor([context[:-1]]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+@pytest.mark.parametrize("tli", [0, 1])
+def test_tree_scores_are_the_heads_own_chain_probabilities(tli) -> None:
+    """Every node's score is the head's joint log-probability of its path by plain chain
+    drafting along it: the SA and TLI tree masks and positions are right."""
+    target = _llama(0, layers=3)
+    head = _head(target, tli)
+    context = [3, 17, 5, 9, 21, 8]
+    n = len(context) - 1
+    drafter = MoATreeDrafter(head, target, depth=3, topk=3, total=21)
+    drafter.observe_cache(_verified_cache(target, context))
+    tree = drafter.propose_tree(context, 3)
+    assert len(tree.tokens) == 21
+    assert drafter.cache.layers[-1].get_seq_length() == n  # drafted positions dropped
+    chain = MoADrafter(head, target)
+    chain.observe_cache(_verified_cache(target, context))
+    lm_head = target.get_output_embeddings()
+    with torch.no_grad():
+        for i in range(len(tree.tokens)):
+            q, want = chain._sync(context), 0.0
+            for j, t in enumerate(tree.tokens[a] for a in tree.path(i)):
+                logits = lm_head(chain.activation(q, n + j)[0, -1]).double()
+                want += float(torch.log_softmax(logits, -1)[t])
+                q = chain._queries([t], n + j + 1)
+            chain._rewind(context)
+            assert abs(tree.scores[i] - want) < 1e-8
+
+
+@pytest.mark.parametrize("tli", [0, 1])
+def test_greedy_tree_decoding_with_the_head_is_greedy_decoding(tli) -> None:
+    target = _llama(0, layers=3)
+    head = _head(target, tli)
+    for prompt in PROMPTS:
+        drafter = MoATreeDrafter(head, target, depth=3, topk=2, total=6)
+        out, steps = tree_generate(target, prompt, drafter, 16)
+        assert out == greedy_generate(target, prompt, 16)
+        assert drafter.lsa.shape[1] == steps[-1].cache_len

@@ -192,6 +192,12 @@ def humaneval(sources: list[list[Row]], opts: dict[str, Any]) -> list[Row]:
     return [{k: r[k] for k in keys} for r in sources[0]]
 
 
+def spec_bench(sources: list[list[Row]], opts: dict[str, Any]) -> list[Row]:
+    """Spec-Bench questions -> prompt records: the first turn, with the question's category."""
+    return [{"id": str(_field(r, "question_id")), "prompt": str(_field(r, "turns")[0]).strip(),
+             "category": str(_field(r, "category"))} for r in sources[0]]  # fmt: skip
+
+
 ADAPTERS: dict[str, Adapter] = {
     "alpaca": alpaca,
     "sharegpt": sharegpt,
@@ -204,4 +210,5 @@ ADAPTERS: dict[str, Adapter] = {
     "mmlu": mmlu,
     "math": math,
     "humaneval": humaneval,
+    "spec_bench": spec_bench,
 }

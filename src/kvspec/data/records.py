@@ -13,6 +13,7 @@ from kvspec.io import atomic_path
 SCHEMAS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "text": {"id": str, "text": str},
     "instruction": {"id": str, "prompt": str, "response": str},
+    "prompt": {"id": str, "prompt": str, "category": str},  # prompts without a reference
     "multiple_choice": {"id": str, "query": str, "choices": list, "gold": int},
     "code": {
         "task_id": str,

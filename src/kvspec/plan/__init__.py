@@ -17,6 +17,7 @@ from kvspec.plan.evaluate import EvalPlan
 from kvspec.plan.heal import HealPlan
 from kvspec.plan.items import ReportItem
 from kvspec.plan.lecture import LecturePlan
+from kvspec.plan.moa import MoAPlan
 from kvspec.plan.pipeline import PipelinePlan
 from kvspec.plan.sampling import SamplingPlan
 from kvspec.plan.spec import SpecPlan
@@ -42,8 +43,9 @@ class Plan:
         )
         self.sampling = SamplingPlan(config, repo) if config.get("sampling") else None
         self.pipeline = PipelinePlan(config, repo, self.spec) if config.get("pipeline") else None
+        self.moa = MoAPlan(config, repo, self.spec) if config.get("moa") else None
         parts = (self.base, self.care, self.heal, self.spec, self.sampling, self.lecture,
-                 self.pipeline)  # fmt: skip
+                 self.pipeline, self.moa)  # fmt: skip
         self._items = [item for part in parts if part for item in part.report_items()]
         self._items.append(self._status_item(repo))
 
@@ -74,7 +76,7 @@ class Plan:
 
     def report_items(self) -> list[ReportItem]:
         """Every report item, in DAG order (data, models, CARE, healing, speculation, sampling,
-        lecture, pipeline)."""
+        lecture, pipeline, MoA)."""
         return list(self._items)
 
     def report_item(self, rule: str) -> ReportItem:

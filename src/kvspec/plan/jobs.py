@@ -40,6 +40,10 @@ def planned_jobs(plan: Plan) -> Jobs:
     if plan.pipeline:
         _add(jobs, "pipeline_run", plan.pipeline.output())
         _add(jobs, "pipeline_simulate", plan.pipeline.simulated())
+    if plan.moa:
+        for head in plan.moa.heads():
+            _add(jobs, "moa_train", head)
+        _add(jobs, "moa_bench", *plan.moa.outputs())
     for item in plan.report_items():
         _add(jobs, item.rule, *item.output_files())
     return jobs

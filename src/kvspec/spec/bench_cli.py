@@ -7,8 +7,11 @@ records under `--results`). Prints
 1. draft latency of `inf_nkt` for 16 tokens at max_support 1000 with the decode
    configuration (`--min-match`, `--confidence`), as `kvspec.spec.latency` measures it for
    the workflow's `specdecode_draft_latency` rule;
-2. end-to-end tokens/s of infini-gram SD over plain greedy decoding and over Hugging Face
-   prompt lookup on the HumanEval subset, with accepted length and where the time goes.
+2. the cost of a verification forward of q = 1, 2, 4, 8, 16, 24 positions after a HumanEval
+   prompt, as a multiple of a one-position forward (`kvspec.spec.verify_cost`);
+3. end-to-end tokens/s of infini-gram SD over plain greedy decoding and over Hugging Face
+   prompt lookup on the HumanEval subset, with accepted length and where the time goes
+   (`--methods` adds others, e.g. sd_hybrid_target_tree).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from kvspec.spec.drafters import InfiniGramDrafter
 from kvspec.spec.generate import stop_ids
 from kvspec.spec.latency import draft_latency
 from kvspec.spec.ngram_index import open_engine
+from kvspec.spec.verify_cost import verify_costs
 
 
 def _responses(results: Path, model: str, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8, help="draft depth in the end-to-end runs")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--methods", nargs="*", default=[], help="further methods (greedy only)")
     args = ap.parse_args(argv)
 
     res = args.results
@@ -87,9 +92,13 @@ def main(argv: list[str] | None = None) -> None:
                   engines={"target": engine})  # fmt: skip
     bench = {"name": "humaneval", "prompts": "humaneval", "n": args.n, "kind": "code"}
     prompts = bench_prompts(read_jsonl(res / "data" / "humaneval.jsonl"), bench, tokenizer)
-    methods = benchmark_methods(
-        setup, ["greedy", "hf_prompt_lookup", "sd_infgram_target"], ["greedy"]
+    costs = verify_costs(target, prompts[0][1], (1, 2, 4, 8, 16, 24))
+    print("\nverification forward after a HumanEval prompt, median of 9 (x one position):")
+    print(
+        "  " + ", ".join(f"q={q}: {1e3 * t:.1f} ms ({t / costs[1]:.2f}x)" for q, t in costs.items())
     )
+    names = ["greedy", "hf_prompt_lookup", "sd_infgram_target", *args.methods]
+    methods = benchmark_methods(setup, names, ["greedy"])
     summary = summarize(run_benchmark(methods, prompts)).set_index("method")
     sd, greedy, hf = (summary.loc[m] for m in ("sd_infgram_target", "greedy", "hf_prompt_lookup"))
     print(f"\nHumanEval, {args.n} prompts, {args.max_new_tokens} new tokens, batch 1, k={args.k}:")

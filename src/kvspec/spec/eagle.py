@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvspec.spec.drafters import Draft, crop_to
-from kvspec.spec.tree import causal_mask
+from kvspec.spec.tree import DraftTree, additive_mask, causal_mask, grow_tree, tree_rows
 
 
 class FeatureTap:
@@ -67,11 +67,13 @@ class EagleHead(nn.Module):
         next_embeds: torch.Tensor,  # (B, T, H): e(y_{t+1})
         positions: torch.Tensor,  # (B, T): t
         cache: Any = None,
+        mask: torch.Tensor | None = None,  # 4-D additive; default causal after the cache
     ) -> torch.Tensor:
         """f̂_{t+1} for every t, causally (each sees the cache and earlier t).  # (B, T, H)"""
         hidden = self.fc(torch.cat([features, next_embeds], dim=-1))
-        past = cache.get_seq_length() if cache is not None else 0
-        mask = causal_mask(past, hidden.shape[1], hidden.dtype).to(hidden.device)
+        if mask is None:
+            past = cache.get_seq_length() if cache is not None else 0
+            mask = causal_mask(past, hidden.shape[1], hidden.dtype).to(hidden.device)
         embeddings = self.rotary(hidden, position_ids=positions)
         return self.layer(hidden, attention_mask=mask, position_ids=positions,
                           past_key_values=cache, use_cache=cache is not None,
@@ -131,21 +133,10 @@ class EagleDrafter:
     @torch.inference_mode()
     def propose(self, context: list[int], k: int) -> Draft:
         """Up to k greedy tokens after `context` (needs features of all but its last token)."""
-        from transformers import DynamicCache
-
         n = len(context) - 1  # pairs (f_t, y_{t+1}) for t < n are known
-        if len(self.features) < n:
-            raise RuntimeError(f"EagleDrafter has features of {len(self.features)} positions, "
-                               f"needs {n}: the loop must call observe()")  # fmt: skip
-        if k < 1 or n < 1:
+        out = self._sync(context)  # (1, 1, H): f̂ of the last context position
+        if k < 1 or out is None:
             return Draft([], None)
-        if self.cache is None or self.tokens[: self.fed] != context[: self.fed]:
-            self.cache, self.fed = DynamicCache(), 0
-        if self.fed < n:  # feed the pairs committed since the last call
-            feats = torch.stack(self.features[self.fed : n])[None]  # (1, m, H)
-            self.last = self._step(feats, context[self.fed + 1 : n + 1], self.fed)[:, -1:]
-            self.fed, self.tokens = n, list(context)
-        out = self.last  # (1, 1, H): f̂ of the last context position
         drafts: list[int] = []
         for i in range(k):
             token = int(torch.argmax(self.lm_head(out[0, -1])))
@@ -155,7 +146,63 @@ class EagleDrafter:
         crop_to(self.cache, n)  # keep committed pairs only
         return Draft(drafts, None)
 
+    def _sync(self, context: list[int]) -> torch.Tensor | None:
+        """Feed the pairs committed since the last call; f̂ of the last context position
+        (None for a one-token context).  # (1, 1, H)"""
+        from transformers import DynamicCache
+
+        n = len(context) - 1
+        if len(self.features) < n:
+            raise RuntimeError(f"EagleDrafter has features of {len(self.features)} positions, "
+                               f"needs {n}: the loop must call observe()")  # fmt: skip
+        if n < 1:
+            return None
+        if self.cache is None or self.tokens[: self.fed] != context[: self.fed]:
+            self.cache, self.fed = DynamicCache(), 0
+        if self.fed < n:
+            feats = torch.stack(self.features[self.fed : n])[None]  # (1, m, H)
+            self.last = self._step(feats, context[self.fed + 1 : n + 1], self.fed)[:, -1:]
+            self.fed, self.tokens = n, list(context)
+        return self.last
+
     def _step(self, feats: torch.Tensor, tokens: list[int], start: int) -> torch.Tensor:
         ids = torch.tensor([tokens], dtype=torch.long, device=feats.device)
         positions = torch.arange(start, start + len(tokens), device=feats.device)[None]
         return self.head(feats, self.embed(ids), positions, self.cache)
+
+
+class EagleTreeDrafter(EagleDrafter):
+    """EAGLE-2's dynamic draft tree grown by the head: a node's input is its parent's predicted
+    feature and its own token; the fed nodes see the committed pairs and their ancestors (a
+    tree mask over the head's cache). Greedy verification only (`kvspec.spec.tree`)."""
+
+    def __init__(self, head: EagleHead, target: nn.Module, depth: int, topk: int,
+                 total: int) -> None:  # fmt: skip
+        if min(depth, topk, total) < 1:
+            raise ValueError("depth, topk and total must be at least 1")
+        super().__init__(head, target)
+        self.depth, self.topk, self.total = depth, topk, total
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        n, depth = len(context) - 1, min(self.depth, max_depth)
+        last = self._sync(context)
+        if depth < 1 or last is None:
+            return DraftTree()
+        outs: dict[int, torch.Tensor] = {}  # node -> its predicted feature (1, 1, H)
+        fed: dict[int, int] = {}
+
+        def feed(tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+            past = self.cache.get_seq_length()
+            mask = additive_mask(tree_rows(tree, nodes, fed, past), past, last.dtype, prefix=n)
+            depths = tree.depths()
+            feats = torch.cat([outs.get(tree.parents[v], last) for v in nodes], dim=1)
+            ids = torch.tensor([[tree.tokens[v] for v in nodes]], device=last.device)
+            positions = torch.tensor([[n + depths[v] - 1 for v in nodes]], device=last.device)
+            out = self.head(feats, self.embed(ids), positions, self.cache, mask)  # (1, m, H)
+            outs.update({v: out[:, j : j + 1] for j, v in enumerate(nodes)})
+            return self.lm_head(out[0])  # (m, V)
+
+        tree = grow_tree(self.lm_head(last[0, -1]), feed, depth, self.topk, self.total)
+        crop_to(self.cache, n)
+        return tree

@@ -43,13 +43,23 @@ class IndependentHead(nn.Module):
         return next(self.parameters()).device
 
     def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
-                use_cache: bool = False) -> SimpleNamespace:  # fmt: skip
-        """Next-token logits (B, T, V) of `input_ids` (B, T) after the cache."""
+                use_cache: bool = False, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> SimpleNamespace:  # fmt: skip
+        """Next-token logits (B, T, V) of `input_ids` (B, T) after the cache; causal unless a
+        4-D additive `attention_mask` and `position_ids` are given (a draft tree's nodes)."""
         target = self.shared[0]
         hidden = target.get_input_embeddings()(input_ids)
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
-        positions = torch.arange(past, past + input_ids.shape[1], device=hidden.device)[None]
-        mask = causal_mask(past, input_ids.shape[1], hidden.dtype).to(hidden.device)
+        positions = (
+            position_ids
+            if position_ids is not None
+            else torch.arange(past, past + input_ids.shape[1], device=hidden.device)[None]
+        )
+        mask = (
+            attention_mask
+            if attention_mask is not None
+            else causal_mask(past, input_ids.shape[1], hidden.dtype)
+        ).to(hidden.device)
         rope = self.rotary(hidden, position_ids=positions)
         for layer in self.layers:
             hidden = layer(hidden, attention_mask=mask, position_ids=positions,

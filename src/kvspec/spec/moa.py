@@ -46,7 +46,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from kvspec.spec.drafters import Draft
-from kvspec.spec.tree import causal_mask
+from kvspec.spec.tree import DraftTree, additive_mask, causal_mask, grow_tree, tree_rows
 
 
 @dataclass(frozen=True)
@@ -287,32 +287,47 @@ class MoADrafter:
     @torch.inference_mode()
     def propose(self, context: list[int], k: int) -> Draft:
         """Up to k greedy tokens after `context`, whose first len - 1 positions are verified."""
-        from transformers import DynamicCache
-
-        from kvspec.spec.drafters import _common_prefix, crop_to
-
         n = len(context) - 1
-        if self.cache is None or self.lsa.shape[1] != n:
-            raise RuntimeError(f"MoADrafter knows {self.lsa.shape[1]} verified positions, the "
-                               f"context has {n}: the loop must call observe_cache()")  # fmt: skip
         if k < 1 or n < 1:
+            self._check(n)
             return Draft([], None)
-        keep = _common_prefix(self.sa_tokens, context[:n])
-        if self.sa_cache is None or keep == 0:
-            self.sa_cache, self.sa_tokens, keep = DynamicCache(), [], 0
-        crop_to(self.sa_cache, keep)
-        self.sa_tokens = self.sa_tokens[:keep]
-        q = self._queries(context[keep:], keep)[:, -1:]  # query of the last context token
+        q = self._sync(context)  # query of the last context token
         drafts: list[int] = []
         for i in range(k):
             token = self._next(q, n + i)
             drafts.append(token)
             if i + 1 < k:
                 q = self._queries([token], n + i + 1)
-        crop_to(self.sa_cache, n + 1)  # the context only
-        self.sa_tokens = list(context)
-        self._crop_tli(n)
+        self._rewind(context)
         return Draft(drafts, None)
+
+    def _check(self, n: int) -> None:
+        if self.cache is None or self.lsa.shape[1] != n:
+            raise RuntimeError(f"MoADrafter knows {self.lsa.shape[1]} verified positions, the "
+                               f"context has {n}: the loop must call observe_cache()")  # fmt: skip
+
+    def _sync(self, context: list[int]) -> torch.Tensor:
+        """Feed SA the context tokens its cache lacks; the last one's query.  # (1, 1, H)"""
+        from transformers import DynamicCache
+
+        from kvspec.spec.drafters import _common_prefix, crop_to
+
+        n = len(context) - 1
+        self._check(n)
+        keep = _common_prefix(self.sa_tokens, context[:n])
+        if self.sa_cache is None or keep == 0:
+            self.sa_cache, self.sa_tokens, keep = DynamicCache(), [], 0
+        crop_to(self.sa_cache, keep)
+        self.sa_tokens = self.sa_tokens[:keep]
+        return self._queries(context[keep:], keep)[:, -1:]
+
+    def _rewind(self, context: list[int]) -> None:
+        """Forget drafted positions: SA keeps the context, the TLI layers the verified ones."""
+        from kvspec.spec.drafters import crop_to
+
+        crop_to(self.sa_cache, len(context))
+        self.sa_tokens = list(context)
+        self._crop_tli(len(context) - 1)
 
     def _queries(self, tokens: list[int], start: int) -> torch.Tensor:
         ids = torch.tensor([tokens], dtype=torch.long)
@@ -328,17 +343,73 @@ class MoADrafter:
         """The final activation drafted for the query q (1, 1, H) at `position`: CA over every
         verified LSA vector, then the target's last TLI layers (their cache grows by one).
         # (1, 1, H)"""
-        pos = torch.tensor([[position]])
+        return self.activations(q, torch.tensor([[position]]))
+
+    def activations(self, q: torch.Tensor, positions: torch.Tensor,
+                    tli_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """`activation` for queries q (1, m, H) at positions (1, m); the TLI layers see their
+        cache and these queries through `tli_mask` (default causal).  # (1, m, H)"""
+        m = q.shape[1]
         kv_pos = torch.arange(self.lsa.shape[1])[None]
-        allowed = torch.ones(1, 1, self.lsa.shape[1], dtype=torch.bool)
-        pred = self.head.ca(q, pos, self.lsa, kv_pos, allowed)
+        allowed = torch.ones(1, m, self.lsa.shape[1], dtype=torch.bool)
+        pred = self.head.ca(q, positions, self.lsa, kv_pos, allowed)
         if self.tli:
             past = self.cache.layers[-1].get_seq_length()
-            mask = causal_mask(past, 1, pred.dtype)
-            pred = finish(self.target, self.tli, pred, pos, self.cache, mask)
+            mask = tli_mask if tli_mask is not None else causal_mask(past, m, pred.dtype)
+            pred = finish(self.target, self.tli, pred, positions, self.cache, mask)
         return pred
 
     def _crop_tli(self, n: int) -> None:
         """Drop the drafted positions the last TLI layers added to the target's cache."""
         for layer in self.cache.layers[len(self.cache.layers) - self.tli :] if self.tli else []:
             layer.keys, layer.values = layer.keys[:, :, :n], layer.values[:, :, :n]
+
+
+class MoATreeDrafter(MoADrafter):
+    """EAGLE-2's dynamic draft tree grown by a MoA head: the tree's nodes go through SA and
+    the TLI layers together under a tree mask (each sees the context and its ancestors); CA
+    sees every verified LSA vector. Greedy verification only (`kvspec.spec.tree`)."""
+
+    def __init__(self, head: MoAHead, target: nn.Module, depth: int, topk: int,
+                 total: int) -> None:  # fmt: skip
+        if min(depth, topk, total) < 1:
+            raise ValueError("depth, topk and total must be at least 1")
+        super().__init__(head, target)
+        self.depth, self.topk, self.total = depth, topk, total
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        n, depth = len(context) - 1, min(self.depth, max_depth)
+        if depth < 1 or n < 1:
+            self._check(n)
+            return DraftTree()
+        lm_head = self.target.get_output_embeddings()
+        root = lm_head(self.activation(self._sync(context), n)[0, -1])  # (V,)
+        fed_sa: dict[int, int] = {}
+        fed_tli: dict[int, int] = {}
+
+        def feed(tree: DraftTree, nodes: list[int]) -> torch.Tensor:
+            depths = tree.depths()
+            positions = torch.tensor([[n + depths[v] for v in nodes]])
+            ids = torch.tensor([[tree.tokens[v] for v in nodes]])
+            embeds = self.target.get_input_embeddings()(ids)
+            q = self.head.queries(
+                embeds,
+                positions,
+                self.sa_cache,
+                self._tree_mask(tree, nodes, fed_sa, self.sa_cache, n, 0),
+            )
+            mask = self._tree_mask(tree, nodes, fed_tli, self.cache, n, -1) if self.tli else None
+            return lm_head(self.activations(q, positions, mask)[0])  # (m, V)
+
+        tree = grow_tree(root, feed, depth, self.topk, self.total)
+        self._rewind(context)
+        return tree
+
+    def _tree_mask(self, tree: DraftTree, nodes: list[int], fed: dict[int, int], cache: Any,
+                   n: int, layer: int) -> torch.Tensor:  # fmt: skip
+        """Additive mask of `nodes` over `cache` (layer `layer`'s length) + themselves: the
+        n + 1 context positions and their fed ancestors."""
+        past = cache.layers[layer].get_seq_length()
+        rows = tree_rows(tree, nodes, fed, past)
+        return additive_mask(rows, past, next(self.head.parameters()).dtype, prefix=n + 1)

@@ -18,13 +18,21 @@ under ancestors). `ChainTree` turns any chain drafter into a one-branch tree.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
-from kvspec.spec.decode import Step, _as_list, _ended, _forward, _prefill, _truncate_at_eos
+from kvspec.spec.decode import (
+    Step,
+    _as_list,
+    _ended,
+    _feature_tap,
+    _forward,
+    _prefill,
+    _truncate_at_eos,
+)
 from kvspec.spec.drafters import Drafter, DraftModelDrafter, crop_to
 
 ROOT = -1  # parent index of the root's children
@@ -172,31 +180,15 @@ class ModelTreeDrafter(DraftModelDrafter):
         depth = min(self.depth, max_depth)
         if depth < 1:
             return DraftTree()
-        logp = torch.log_softmax(self._sync(ctx).double(), -1)  # (V,) after the context
-        tree = DraftTree()
-        frontier = self._children(tree, ROOT, 0.0, logp)
         fed: dict[int, int] = {}  # node -> its cache position
-        for _ in range(depth - 1):
-            best = sorted(frontier, key=lambda i: -tree.scores[i])[: self.topk]
-            rows = self._feed_nodes(tree, best, fed, len(ctx))  # (len(best), V)
-            frontier = []
-            for node, row in zip(best, torch.log_softmax(rows.double(), -1), strict=True):
-                frontier += self._children(tree, node, tree.scores[node], row)
+        tree = grow_tree(
+            self._sync(ctx),
+            lambda tree, nodes: self._feed_nodes(tree, nodes, fed, len(ctx)),
+            depth, self.topk, self.total,
+        )  # fmt: skip
         crop_to(self.cache, len(ctx))
         self.cached = ctx
-        return _best_subtree(tree, self.total)
-
-    def _children(
-        self, tree: DraftTree, parent: int, score: float, logp: torch.Tensor
-    ) -> list[int]:
-        """Add `parent`'s top-k children to `tree`; return their indices."""
-        values, tokens = torch.topk(logp, min(self.topk, logp.shape[-1]))
-        start = len(tree.tokens)
-        for v, t in zip(values.tolist(), tokens.tolist(), strict=True):
-            tree.tokens.append(int(t))
-            tree.parents.append(parent)
-            tree.scores.append(score + float(v))
-        return list(range(start, len(tree.tokens)))
+        return tree
 
     def _feed_nodes(
         self, tree: DraftTree, nodes: list[int], fed: dict[int, int], base: int
@@ -205,9 +197,7 @@ class ModelTreeDrafter(DraftModelDrafter):
         node sees the context (`base` positions), its fed ancestors and itself, not the other
         branches fed before it."""
         past = self.cache.get_seq_length()
-        for j, node in enumerate(nodes):
-            fed[node] = past + j
-        rows = [[fed[a] for a in tree.path(node)] for node in nodes]
+        rows = tree_rows(tree, nodes, fed, past)
         depths = tree.depths()
         device = self.model.device
         mask = additive_mask(rows, past, next(self.model.parameters()).dtype, prefix=base)
@@ -220,6 +210,50 @@ class ModelTreeDrafter(DraftModelDrafter):
         )
         self.cache = out.past_key_values
         return out.logits[0].cpu()
+
+
+Feed = Callable[[DraftTree, list[int]], torch.Tensor]
+
+
+def grow_tree(
+    root_logits: torch.Tensor, feed: Feed, depth: int, topk: int, total: int
+) -> DraftTree:
+    """EAGLE-2's dynamic draft tree from a drafter's next-token logits.
+
+    `root_logits` (V,) follow the committed context; `feed(tree, nodes)` runs the drafter on
+    `nodes` (their ancestors already fed) and returns their next-token logits (n, V). At each
+    depth the `topk` frontier nodes of highest joint log-probability get `topk` children each;
+    the `total` best nodes of all form the tree."""
+    tree = DraftTree()
+    frontier = _children(tree, ROOT, 0.0, torch.log_softmax(root_logits.double(), -1), topk)
+    for _ in range(depth - 1):
+        best = sorted(frontier, key=lambda i: -tree.scores[i])[:topk]
+        rows = torch.log_softmax(feed(tree, best).double(), -1)  # (len(best), V)
+        frontier = []
+        for node, row in zip(best, rows, strict=True):
+            frontier += _children(tree, node, tree.scores[node], row, topk)
+    return _best_subtree(tree, total)
+
+
+def _children(
+    tree: DraftTree, parent: int, score: float, logp: torch.Tensor, topk: int
+) -> list[int]:
+    """Add `parent`'s top-k children to `tree`; return their indices."""
+    values, tokens = torch.topk(logp, min(topk, logp.shape[-1]))
+    start = len(tree.tokens)
+    for v, t in zip(values.tolist(), tokens.tolist(), strict=True):
+        tree.tokens.append(int(t))
+        tree.parents.append(parent)
+        tree.scores.append(score + float(v))
+    return list(range(start, len(tree.tokens)))
+
+
+def tree_rows(tree: DraftTree, nodes: list[int], fed: dict[int, int], past: int) -> list[list[int]]:
+    """Give `nodes` the cache slots past, past + 1, ... in `fed`; for each, the slots it sees
+    among the fed nodes (its ancestors and itself)."""
+    for j, node in enumerate(nodes):
+        fed[node] = past + j
+    return [[fed[a] for a in tree.path(node)] for node in nodes]
 
 
 def _best_subtree(tree: DraftTree, total: int) -> DraftTree:
@@ -244,24 +278,37 @@ def tree_generate(
 
     Step.drafted counts the tree's nodes (what the target verified), Step.accepted the
     accepted path's length; the tree is never deeper than the remaining budget allows.
+    Drafters that read the target's state get it as in `speculative_generate`: `observe`
+    the features of the committed positions, `observe_cache` the cache of verified positions.
     """
     prompt = _as_list(input_ids)
-    cache = _prefill(target, prompt)
-    seq, new, steps = list(prompt), [], []
-    while len(new) < max_new_tokens and not _ended(new, eos_token_id):
-        budget = max_new_tokens - len(new) - 1
-        t0 = time.perf_counter()
-        tree = drafter.propose_tree(seq, budget) if budget > 0 else DraftTree()
-        t1 = time.perf_counter()
-        past = cache.get_seq_length()
-        path, nxt = verify_tree_greedy(tree_logits(target, cache, seq[-1], tree), tree)
-        if len(path) < len(tree.tokens):  # drop the rejected nodes
-            keep_positions(cache, [*range(past + 1), *(past + 1 + i for i in path)])
-        t2 = time.perf_counter()
-        emitted = _truncate_at_eos([*(tree.tokens[i] for i in path), nxt], eos_token_id)
-        seq += emitted
-        new += emitted
-        accepted = min(len(path), len(emitted))
-        steps.append(Step(len(tree.tokens), accepted, t1 - t0, t2 - t1, cache.get_seq_length(),
-                          float(accepted)))  # fmt: skip
+    observe = getattr(drafter, "observe", None)
+    watch = getattr(drafter, "observe_cache", None)
+    with _feature_tap(target, observe is not None) as tap:
+        cache = _prefill(target, prompt)
+        if observe is not None and len(prompt) > 1:
+            observe(tap.last, 0)
+        if watch is not None:
+            watch(cache)
+        seq, new, steps = list(prompt), [], []
+        while len(new) < max_new_tokens and not _ended(new, eos_token_id):
+            budget = max_new_tokens - len(new) - 1
+            t0 = time.perf_counter()
+            tree = drafter.propose_tree(seq, budget) if budget > 0 else DraftTree()
+            t1 = time.perf_counter()
+            past = cache.get_seq_length()
+            path, nxt = verify_tree_greedy(tree_logits(target, cache, seq[-1], tree), tree)
+            if len(path) < len(tree.tokens):  # drop the rejected nodes
+                keep_positions(cache, [*range(past + 1), *(past + 1 + i for i in path)])
+            if observe is not None:  # features of the old last token and the accepted path
+                observe(tap.last[[0, *(1 + i for i in path)]], len(seq) - 1)
+            if watch is not None:
+                watch(cache)
+            t2 = time.perf_counter()
+            emitted = _truncate_at_eos([*(tree.tokens[i] for i in path), nxt], eos_token_id)
+            seq += emitted
+            new += emitted
+            accepted = min(len(path), len(emitted))
+            steps.append(Step(len(tree.tokens), accepted, t1 - t0, t2 - t1,
+                              cache.get_seq_length(), float(accepted)))  # fmt: skip
     return new[:max_new_tokens], steps

@@ -1,0 +1,19 @@
+"""Rule moa_bench: every drafter (chain and tree) beside greedy and the n-gram baselines."""
+
+from kvspec.logs import log_to
+from kvspec.spec.neural import neural_bench_stage
+
+with log_to(snakemake.log[0]):
+    p = snakemake.params
+    neural_bench_stage(
+        dict(snakemake.input.items()),
+        snakemake.output.runs,
+        snakemake.output.summary,
+        model=snakemake.wildcards.model,
+        sets=p.sets,
+        device=p.device,
+        dtype=p.dtype,
+        seed=p.seed,
+        threads=snakemake.threads,
+        **p.settings,
+    )

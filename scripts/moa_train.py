@@ -1,0 +1,19 @@
+"""Rule moa_train: one drafter head trained against the frozen target (document 002)."""
+
+from kvspec.logs import log_to
+from kvspec.spec.neural import head_train_stage
+
+with log_to(snakemake.log[0]):
+    p = snakemake.params
+    head_train_stage(
+        dict(snakemake.input.items()),
+        snakemake.output[0],
+        drafter=p.drafter,
+        train=p.train,
+        data=p.data,
+        loss=p.loss,
+        device=p.device,
+        dtype=p.dtype,
+        seed=p.seed,
+        threads=snakemake.threads,
+    )

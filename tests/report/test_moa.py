@@ -1,0 +1,89 @@
+"""Document 002's tables: our drafters' per-set speedup and τ beside the document's rows, the
+HumanEval tables with chain and tree drafting, sizes read from the saved heads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from kvspec.report.moa import (
+    render_table_2,
+    render_table_5,
+    render_table_10,
+    table_2,
+    table_humaneval,
+)
+
+from ..conftest import REPO
+
+PAPER = REPO / "config" / "paper_results"
+ITEM = {"labels": {"ours": "Ours (TLI=0)", "eagle": "EAGLE-2", "independent": "Independent"},
+        "sets": {"humaneval": "HumanEval", "gsm8k": "GSM8K"}, "chain_k": 4,
+        "tree": {"depth": 3, "topk": 2, "total": 6}}  # fmt: skip
+
+
+def _summary() -> pd.DataFrame:
+    rows = []
+    for s, base in (("humaneval", 10.0), ("gsm8k", 8.0)):
+        rows.append({"set": s, "method": "greedy", "tok_s": base, "accept_len": 1.0,
+                     "speedup": 1.0, "exact_vs_greedy": 1.0})  # fmt: skip
+        for i, name in enumerate(ITEM["labels"]):
+            for mode, gain in (("chain", 1.0), ("tree", 1.5)):
+                speed = base * (0.5 + 0.1 * i) * gain
+                rows.append({"set": s, "method": f"{name}/{mode}", "tok_s": speed,
+                             "accept_len": 1.2 + i + gain, "speedup": speed / base,
+                             "exact_vs_greedy": 1.0})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture()
+def heads(tmp_path) -> list[str]:
+    paths = []
+    for i, name in enumerate(ITEM["labels"]):
+        path = tmp_path / f"{name}.pt"
+        stats = {
+            "trainable_parameters": 1_000_000 * (i + 1),
+            "trainable_per_decoder_layer": i + 1.0,
+        }
+        torch.save({"stats": stats}, path)
+        paths.append(str(path))
+    return paths
+
+
+def test_table_2_has_our_tree_rows_and_the_documents(heads) -> None:
+    table = table_2(_summary(), ITEM, heads, PAPER / "moa_table_2.csv").set_index("drafter")
+    ours = table.loc["Ours (TLI=0)"]
+    assert ours["humaneval_speedup (ours)"] == pytest.approx(0.75)
+    assert ours["gsm8k_tau (ours)"] == pytest.approx(2.7)
+    assert ours["mean_speedup (ours)"] == pytest.approx(0.75)
+    assert ours["humaneval_speedup (paper)"] == pytest.approx(2.05, abs=0.5)  # the document's
+    assert ours["trainable_size (ours)"] == "1.00M (1.00 layers)"
+    independent = table.loc["Independent"]  # the document has two Independent rows
+    assert independent["gsm8k_tau (ours)"].notna().sum() == 1
+    assert pd.isna(table.loc["Ours (TLI=3)", "humaneval_tau (ours)"])
+
+
+def test_humaneval_tables_pick_the_mode_and_add_the_baseline(heads) -> None:
+    t10 = table_humaneval(_summary(), ITEM, heads, PAPER / "moa_table_10.csv", "tree", True)
+    t10 = t10.set_index(["drafter", "decoding"])
+    assert t10.loc[("EAGLE", "EAGLE-2"), "tokens_per_s (ours)"] == pytest.approx(9.0)
+    assert t10.loc[("Baseline", "Vanilla"), "tokens_per_s (ours)"] == pytest.approx(10.0)
+    assert t10.loc[("Baseline", "Vanilla"), "tokens_per_s (paper)"] == pytest.approx(33)
+    t5 = table_humaneval(_summary(), ITEM, heads, PAPER / "moa_table_5.csv", "chain", False)
+    assert t5.set_index("drafter").loc["EAGLE", "accept_len (ours)"] == pytest.approx(3.2)
+
+
+@pytest.mark.parametrize("render, stem", [(render_table_2, "moa_table_2"),
+                                          (render_table_5, "moa_table_5"),
+                                          (render_table_10, "moa_table_10")])  # fmt: skip
+def test_renderers_write_csv_and_markdown(render, stem, heads, tmp_path) -> None:
+    summary = tmp_path / "bench.csv"
+    _summary().to_csv(summary, index=False)
+    out = {"csv": str(tmp_path / f"{stem}.csv"), "md": str(tmp_path / f"{stem}.md")}
+    render(ITEM, {"summary": [str(summary)], "heads": heads,
+                  "paper": [str(PAPER / f"{stem}.csv")]}, out)  # fmt: skip
+    assert "(ours)" in Path(out["csv"]).read_text().splitlines()[0]
+    assert "speedup over our greedy loop" in Path(out["md"]).read_text()

@@ -1,0 +1,60 @@
+# Stage moa (document 002, Mixture of Attentions): each drafter (MoA with TLI, EAGLE-2's
+# feature head, the Independent head) trained against the frozen target on its own responses,
+# then every drafter with chain (<= chain_k tokens) and EAGLE-2 tree drafting beside greedy
+# decoding and the n-gram baselines on the prompt sets, side by side in one job.
+
+
+if PLAN.moa:
+
+    rule moa_train:
+        input:
+            **PLAN.moa.train_inputs(),
+        output:
+            "results/moa/{model}/heads/{drafter}.pt",
+        log:
+            "logs/moa/{model}/train_{drafter}.log",
+        benchmark:
+            "benchmarks/moa/{model}/train_{drafter}.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=120,
+            gpu=config["resources"]["gpus"],
+        params:
+            drafter=PLAN.moa.drafter,
+            train=config["moa"]["train"],
+            data=config["moa"]["data"],
+            loss=config["moa"]["loss"],
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+            seed=config["seed"],
+        script:
+            script_path("moa_train.py")
+
+    rule moa_bench:
+        input:
+            **PLAN.moa.bench_inputs(),
+        output:
+            runs="results/moa/{model}/bench.json",
+            summary="results/moa/{model}/bench.csv",
+        log:
+            "logs/moa/{model}/bench.log",
+        benchmark:
+            "benchmarks/moa/{model}/bench.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=8000,
+            runtime=120,
+            gpu=config["resources"]["gpus"],
+        params:
+            sets=PLAN.moa.sets(),
+            settings=PLAN.moa.bench_settings(),
+            device=config["resources"]["device"],
+            dtype=config["resources"]["dtype"],
+            seed=config["seed"],
+        script:
+            script_path("moa_bench.py")
