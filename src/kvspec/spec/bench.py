@@ -290,10 +290,12 @@ def run_benchmark(
     repeats: int = 1,
     baseline: str = "greedy",
     baseline_repeats: int = 1,
+    warmup: bool = True,
 ) -> list[dict[str, Any]]:
     """Time every method on every (prompt id, prompt ids); one record per method and prompt.
 
-    The first prompt is decoded once by every method first, untimed (warm-up). Each
+    The first prompt is decoded once by every method first, untimed (warm-up; `warmup=False`
+    skips it when an earlier call in the same process warmed every method up). Each
     timed record keeps the median-time run of `repeats`. The `baseline` method runs
     `baseline_repeats` times per prompt instead, first and then after all other methods,
     so its spread (`baseline_seconds`, one time per repeat) shows how much the machine's
@@ -302,7 +304,7 @@ def run_benchmark(
     """
     if not prompts:
         raise ValueError("no benchmark prompts")
-    for fn in methods.values():
+    for fn in methods.values() if warmup else ():
         fn(prompts[0][1])  # warm-up: allocator, kernels, page cache of the index
     records = []
     for prompt_id, ids in tqdm(prompts, desc="benchmark", unit="prompt", mininterval=5):

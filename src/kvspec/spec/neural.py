@@ -206,7 +206,9 @@ def neural_bench_stage(
     records, summaries = [], []
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
-        recs = run_benchmark(methods, prompts, 1, baseline_repeats=baseline_repeats)
+        recs = run_benchmark(
+            methods, prompts, 1, baseline_repeats=baseline_repeats, warmup=not records
+        )  # every method warmed up once, on the first set
         mark_divergence(target, recs, prompts)
         records += [{**r, "set": name} for r in recs]
         summary = summarize(recs)
