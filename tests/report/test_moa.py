@@ -72,6 +72,9 @@ def test_humaneval_tables_pick_the_mode_and_add_the_baseline(heads) -> None:
     assert t10.loc[("EAGLE", "EAGLE-2"), "tokens_per_s (ours)"] == pytest.approx(9.0)
     assert t10.loc[("Baseline", "Vanilla"), "tokens_per_s (ours)"] == pytest.approx(10.0)
     assert t10.loc[("Baseline", "Vanilla"), "tokens_per_s (paper)"] == pytest.approx(33)
+    independent = t10.loc[("Independent", "EAGLE-2")]  # the document's two sizes: ours once
+    assert independent["speedup"].notna().sum() == 1
+    assert independent["tokens_per_s (ours)"].notna().sum() == 1
     t5 = table_humaneval(_summary(), ITEM, heads, PAPER / "moa_table_5.csv", "chain", False)
     assert t5.set_index("drafter").loc["EAGLE", "accept_len (ours)"] == pytest.approx(3.2)
 

@@ -43,12 +43,10 @@ def _rows(summary: pd.DataFrame, labels: Mapping[str, str], mode: str) -> pd.Dat
     return rows
 
 
-def _first_match_only(table: pd.DataFrame, ours: list[str]) -> pd.DataFrame:
-    """A drafter label the paper lists twice (e.g. Independent at two sizes) gets our
-    numbers on its first row only."""
-    dup = table["drafter"].duplicated()
-    cols = [c for c in table.columns if c.endswith("(ours)") and c.split(" ")[0] in ours]
-    table.loc[dup, cols] = float("nan")
+def _first_match_only(table: pd.DataFrame, keys: list[str], ours: list[str]) -> pd.DataFrame:
+    """A row the paper lists twice (e.g. Independent at two sizes) gets our numbers (columns
+    `ours`) on its first occurrence only."""
+    table.loc[table.duplicated(subset=keys), ours] = float("nan")
     return table
 
 
@@ -66,7 +64,8 @@ def table_2(summary: pd.DataFrame, item: Mapping[str, Any], heads: Sequence[str]
     ours["mean_tau"] = ours[[f"{s}_tau" for s in sets]].mean(axis=1)
     ours = _with_sizes(ours, heads, labels)
     metrics = ["trainable_size", *[f"{s}_{m}" for s in [*sets, "mean"] for m in ("speedup", "tau")]]
-    return _first_match_only(side_by_side(ours, _paper(paper_csv), ["drafter"], metrics), metrics)
+    table = side_by_side(ours, _paper(paper_csv), ["drafter"], metrics)
+    return _first_match_only(table, ["drafter"], [f"{m} (ours)" for m in metrics])
 
 
 def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], heads: Sequence[str],
@@ -91,7 +90,8 @@ def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], heads: Seque
     metrics = ["trainable_size", "tokens_per_s", "accept_len"]
     table = side_by_side(ours, _paper(paper_csv), keys, metrics)
     extra = ours[[*keys, "speedup", "exact_vs_greedy"]]
-    return _first_match_only(table.merge(extra, on=keys, how="left"), metrics)
+    ours_cols = [*(f"{m} (ours)" for m in metrics), "speedup", "exact_vs_greedy"]
+    return _first_match_only(table.merge(extra, on=keys, how="left"), keys, ours_cols)
 
 
 def _with_sizes(
