@@ -81,7 +81,7 @@ def test_dataset_must_be_loadable_from_somewhere(mini_config: dict, schema: dict
     mini_config["data"]["mirror"] = str(tmp_path)
     for name, spec in mini_config["data"]["datasets"].items():
         if not spec.get("package"):
-            spec["hub"] = spec["hub"] or {"path": f"org/{name}", "split": "test"}
+            spec["hub"] = spec.get("hub") or {"path": f"org/{name}", "split": "test"}
     c4 = mini_config["data"]["datasets"]["c4"]
     c4.update(mirror=["c4/docs.jsonl"], hub=None)
     validate(mini_config, schema)  # present in the mirror: fine without a hub id

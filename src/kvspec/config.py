@@ -75,9 +75,10 @@ def canonical(obj: Any) -> Any:
 
 
 def check_dataset_source(name: str, spec: Mapping[str, Any], mirror: str | None) -> None:
-    """A dataset must be loadable from somewhere: its package, its hub id, or files present in
-    the mirror. Caught here, the run stops before any job instead of at the data job."""
-    if spec.get("package") or spec.get("hub"):
+    """A dataset must be loadable from somewhere: its package, its hub id, a pinned URL, or
+    files present in the mirror. Caught here, the run stops before any job instead of at the
+    data job."""
+    if spec.get("package") or spec.get("hub") or spec.get("url"):
         return
     key = f"config key 'data.datasets.{name}'"
     if not mirror or not spec.get("mirror"):

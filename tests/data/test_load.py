@@ -170,3 +170,15 @@ def test_spec_bench_prompts_keep_first_turn_and_category() -> None:
     recs = load_dataset("sb", spec("prompt", "spec_bench", ["spec_bench/question.jsonl"]), M)
     assert recs == [{"id": "81", "prompt": "Compose a short poem.", "category": "writing"},
                     {"id": "200", "prompt": "Who wrote Hamlet?", "category": "qa"}]  # fmt: skip
+
+
+def test_pinned_url_fallback_checks_its_sha256() -> None:
+    import hashlib
+
+    path = FIXTURE_MIRROR / "spec_bench" / "question.jsonl"
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    url = {"href": path.resolve().as_uri(), "sha256": sha}
+    recs = load_dataset("sb", spec("prompt", "spec_bench", ["nowhere.jsonl"], url=url), M)
+    assert [r["id"] for r in recs] == ["81", "200"]
+    with pytest.raises(DataError, match="has SHA-256"):
+        load_dataset("sb", spec("prompt", "spec_bench", [], url={**url, "sha256": "0" * 64}), M)

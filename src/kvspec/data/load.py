@@ -31,6 +31,26 @@ def mirror_files(spec: dict[str, Any], mirror: str | None) -> list[Path] | None:
     return files if all(f.exists() for f in files) else None
 
 
+def url_file(name: str, url: dict[str, str], where: str) -> Path:
+    """A file published at a pinned URL (a repository file at a fixed commit), downloaded to a
+    temporary directory and checked against its SHA-256."""
+    import hashlib
+    import tempfile
+    import urllib.request
+
+    href = url["href"]
+    path = Path(tempfile.mkdtemp(prefix="kvspec-url-")) / Path(href).name
+    try:
+        urllib.request.urlretrieve(href, path)
+    except Exception as err:  # any network failure: report every place tried
+        raise DataError(f"dataset {name!r}: not in the mirror ({where}) and {href} could not "
+                        f"be downloaded: {type(err).__name__}: {err}") from err  # fmt: skip
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != url["sha256"]:
+        raise DataError(f"dataset {name!r}: {href} has SHA-256 {digest}, not {url['sha256']}")
+    return path
+
+
 def source_rows(name: str, spec: dict[str, Any], mirror: str | None) -> tuple[list, str]:
     """Raw row lists (one per file) and a description of where they came from."""
     if spec.get("package"):
@@ -41,6 +61,8 @@ def source_rows(name: str, spec: dict[str, Any], mirror: str | None) -> tuple[li
     hub = spec.get("hub")
     tried = [str(Path(mirror) / f) for f in spec.get("mirror", [])] if mirror else []
     where = f"mirror path(s) tried: {tried or 'no mirror configured'}"
+    if spec.get("url") and not hub:
+        return [read_file(url_file(name, spec["url"], where))], f"url {spec['url']['href']}"
     if not hub:
         raise DataError(f"dataset {name!r}: not in the mirror ({where}) and no hub id given")
     try:
