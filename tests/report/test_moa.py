@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import torch
 
+from kvspec.io import write_json
 from kvspec.report.moa import (
     render_table_2,
     render_table_5,
@@ -40,17 +40,14 @@ def _summary() -> pd.DataFrame:
 
 
 @pytest.fixture()
-def heads(tmp_path) -> list[str]:
-    paths = []
-    for i, name in enumerate(ITEM["labels"]):
-        path = tmp_path / f"{name}.pt"
-        stats = {
-            "trainable_parameters": 1_000_000 * (i + 1),
-            "trainable_per_decoder_layer": i + 1.0,
-        }
-        torch.save({"stats": stats}, path)
-        paths.append(str(path))
-    return paths
+def heads(tmp_path) -> str:
+    """A decoding job's runs file with the heads' training stats."""
+    stats = {name: {"trainable_parameters": 1_000_000 * (i + 1),
+                    "trainable_per_decoder_layer": i + 1.0}
+             for i, name in enumerate(ITEM["labels"])}  # fmt: skip
+    path = tmp_path / "bench.json"
+    write_json(path, {"records": [], "heads": stats})
+    return str(path)
 
 
 def test_table_2_has_our_tree_rows_and_the_documents(heads) -> None:
@@ -86,7 +83,7 @@ def test_renderers_write_csv_and_markdown(render, stem, heads, tmp_path) -> None
     summary = tmp_path / "bench.csv"
     _summary().to_csv(summary, index=False)
     out = {"csv": str(tmp_path / f"{stem}.csv"), "md": str(tmp_path / f"{stem}.md")}
-    render(ITEM, {"summary": [str(summary)], "heads": heads,
+    render(ITEM, {"summary": [str(summary)], "runs": [heads],
                   "paper": [str(PAPER / f"{stem}.csv")]}, out)  # fmt: skip
     assert "(ours)" in Path(out["csv"]).read_text().splitlines()[0]
     assert "speedup over our greedy loop" in Path(out["md"]).read_text()

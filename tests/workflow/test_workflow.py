@@ -167,7 +167,7 @@ def test_paper_scale_plans_without_downloading(tmp_path: Path) -> None:
     )
     jobs = planned_jobs(proc)
     # 16 datasets + the WikiText-2 and PTB train splits that CARE calibrates on
-    assert jobs["models_fetch"] == 9 and jobs["data_normalize"] == 18
+    assert jobs["models_fetch"] == 9 and jobs["data_normalize"] == 19
     assert "pretrain_train" not in jobs
 
 

@@ -111,7 +111,7 @@ class MoAPlan:
         items = []
         for stem, (renderer, label) in MEASURED.items():
             items.append(self._item(stem, f"moa:{renderer}",
-                                    {"summary": [self.outputs()[1]], "heads": self.heads(),
+                                    {"summary": [self.outputs()[1]], "runs": [self.outputs()[0]],
                                      "paper": [self._paper(stem)]}, params, label))  # fmt: skip
         for stem, label in TRANSCRIBED.items():
             items.append(self._item(stem, "tables:render_paper_only",

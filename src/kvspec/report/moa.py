@@ -4,12 +4,12 @@ sized by its own layers)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
-import torch
 
+from kvspec.io import read_json
 from kvspec.report.spec import _paper, save
 from kvspec.report.tables import side_by_side
 
@@ -18,17 +18,14 @@ DECODING = {"tree": "EAGLE-2", "chain": "chain"}
 SIZE_NOTE = (
     "trainable_size (ours): the head's trainable parameters and, in brackets, their ratio to "
     "one decoder layer of our target (the document's 250M heads are ~1.1 layers of "
-    "Llama-3-8B); total_size (ours): the target's parameters the drafter runs plus the head's."
+    "Llama-3-8B); the document's total sizes are kept in its rows only."
 )
 
 
-def _sizes(heads: Sequence[str], labels: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """label -> {trainable_size, total_size} from the saved heads' training stats."""
+def _sizes(runs: str, labels: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """label -> {trainable_size} from the heads' training stats the decoding job recorded."""
     out = {}
-    for path in heads:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        stats = saved["stats"]
-        name = path.rsplit("/", 1)[-1].removesuffix(".pt")
+    for name, stats in read_json(runs)["heads"].items():
         out[labels.get(name, name)] = {
             "trainable_size": f"{stats['trainable_parameters'] / 1e6:.2f}M "
             f"({stats['trainable_per_decoder_layer']:.2f} layers)",
@@ -50,7 +47,7 @@ def _first_match_only(table: pd.DataFrame, keys: list[str], ours: list[str]) -> 
     return table
 
 
-def table_2(summary: pd.DataFrame, item: Mapping[str, Any], heads: Sequence[str],
+def table_2(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
             paper_csv: str) -> pd.DataFrame:  # fmt: skip
     """Speedup and τ per prompt set (tree drafting) and their means, per drafter."""
     labels, sets = item["labels"], list(item["sets"])
@@ -62,13 +59,13 @@ def table_2(summary: pd.DataFrame, item: Mapping[str, Any], heads: Sequence[str]
         ours[f"{s}_tau"] = wide["accept_len"][s].to_numpy() if s in wide["accept_len"] else None
     ours["mean_speedup"] = ours[[f"{s}_speedup" for s in sets]].mean(axis=1)
     ours["mean_tau"] = ours[[f"{s}_tau" for s in sets]].mean(axis=1)
-    ours = _with_sizes(ours, heads, labels)
+    ours = _with_sizes(ours, runs, labels)
     metrics = ["trainable_size", *[f"{s}_{m}" for s in [*sets, "mean"] for m in ("speedup", "tau")]]
     table = side_by_side(ours, _paper(paper_csv), ["drafter"], metrics)
     return _first_match_only(table, ["drafter"], [f"{m} (ours)" for m in metrics])
 
 
-def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], heads: Sequence[str],
+def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
                     paper_csv: str, mode: str, with_decoding: bool) -> pd.DataFrame:  # fmt: skip
     """Tables 5 (chain) and 10 (tree): HumanEval tokens/s and τ per drafter (+ greedy)."""
     labels = {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in item["labels"].items()}
@@ -86,7 +83,7 @@ def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], heads: Seque
                                "speedup": [1.0], "exact_vs_greedy": [1.0]})  # fmt: skip
         ours = pd.concat([ours, greedy])
         keys = ["drafter", "decoding"]
-    ours = _with_sizes(ours, heads, labels)
+    ours = _with_sizes(ours, runs, labels)
     metrics = ["trainable_size", "tokens_per_s", "accept_len"]
     table = side_by_side(ours, _paper(paper_csv), keys, metrics)
     extra = ours[[*keys, "speedup", "exact_vs_greedy"]]
@@ -94,10 +91,8 @@ def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], heads: Seque
     return _first_match_only(table.merge(extra, on=keys, how="left"), keys, ours_cols)
 
 
-def _with_sizes(
-    ours: pd.DataFrame, heads: Sequence[str], labels: Mapping[str, str]
-) -> pd.DataFrame:
-    sizes = _sizes(heads, labels)
+def _with_sizes(ours: pd.DataFrame, runs: str, labels: Mapping[str, str]) -> pd.DataFrame:
+    sizes = _sizes(runs, labels)
     ours["trainable_size"] = [sizes.get(d, {}).get("trainable_size", "") for d in ours["drafter"]]
     return ours
 
@@ -118,7 +113,7 @@ def _notes(item: Mapping[str, Any], extra: list[str]) -> list[str]:
 def render_table_2(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
-    table = table_2(summary, item, inputs["heads"], inputs["paper"][0])
+    table = table_2(summary, item, inputs["runs"][0], inputs["paper"][0])
     save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "Rows without (ours) numbers are the document's drafters we do not train (TLI = 3, "
         "the official EAGLE-2 weights, a second Independent size)."]))  # fmt: skip
@@ -127,7 +122,7 @@ def render_table_2(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
 def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
-    table = table_humaneval(summary, item, inputs["heads"], inputs["paper"][0], "chain", False)
+    table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "chain", False)
     save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "HumanEval prompts of the HumanEval set, chain drafting. Not reproduced: the "
         "document's ablation variants (-LSA, o_1...o_t inputs, EAGLE with more parameters or "
@@ -137,7 +132,7 @@ def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
 def render_table_10(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                     out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
-    table = table_humaneval(summary, item, inputs["heads"], inputs["paper"][0], "tree", True)
+    table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "tree", True)
     save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "The HumanEval set's prompts (not the full 164 problems), tree drafting; Baseline = "
         "our greedy loop. Not reproduced: Ouroboros."]))  # fmt: skip

@@ -54,6 +54,11 @@ def load_head(path: str | Path, target: nn.Module) -> tuple[nn.Module, dict[str,
     return head.to(next(target.parameters()).device).eval(), saved["drafter"]
 
 
+def head_stats(path: str | Path) -> dict[str, Any]:
+    """The training stats saved with a head (sizes, tokens, time, final validation)."""
+    return dict(torch.load(path, map_location="cpu", weights_only=False)["stats"])
+
+
 def head_train_stage(
     inputs: Mapping[str, str],
     out: str,
@@ -218,5 +223,6 @@ def neural_bench_stage(
     meta = {"model": model, "drafters": list(drafters), "chain_k": chain_k,
             "sets": {k: dict(v) for k, v in sets.items()}, "tree": dict(tree or {}),
             "baselines": list(baselines)}  # fmt: skip
-    write_json(out_runs, {"records": records, "provenance": provenance(meta)})
+    sizes = {name: head_stats(inputs[f"head_{name}"]) for name in drafters}  # for the report
+    write_json(out_runs, {"records": records, "heads": sizes, "provenance": provenance(meta)})
     write_text(out_summary, pd.concat(summaries, ignore_index=True).to_csv(index=False))
