@@ -27,7 +27,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from kvspec.spec.drafters import Draft, crop_to
-from kvspec.spec.tree import DraftTree, additive_mask, causal_mask, grow_tree, tree_rows
+from kvspec.spec.tree import (
+    DraftTree,
+    additive_mask,
+    causal_mask,
+    grow_tree,
+    tree_rows,
+    tree_shape,
+)
 
 
 class FeatureTap:
@@ -178,10 +185,8 @@ class EagleTreeDrafter(EagleDrafter):
 
     def __init__(self, head: EagleHead, target: nn.Module, depth: int, topk: int,
                  total: int) -> None:  # fmt: skip
-        if min(depth, topk, total) < 1:
-            raise ValueError("depth, topk and total must be at least 1")
         super().__init__(head, target)
-        self.depth, self.topk, self.total = depth, topk, total
+        self.depth, self.topk, self.total = tree_shape(depth, topk, total)
 
     @torch.inference_mode()
     def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:

@@ -46,7 +46,14 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from kvspec.spec.drafters import Draft
-from kvspec.spec.tree import DraftTree, additive_mask, causal_mask, grow_tree, tree_rows
+from kvspec.spec.tree import (
+    DraftTree,
+    additive_mask,
+    causal_mask,
+    grow_tree,
+    tree_rows,
+    tree_shape,
+)
 
 
 @dataclass(frozen=True)
@@ -372,10 +379,8 @@ class MoATreeDrafter(MoADrafter):
 
     def __init__(self, head: MoAHead, target: nn.Module, depth: int, topk: int,
                  total: int) -> None:  # fmt: skip
-        if min(depth, topk, total) < 1:
-            raise ValueError("depth, topk and total must be at least 1")
         super().__init__(head, target)
-        self.depth, self.topk, self.total = depth, topk, total
+        self.depth, self.topk, self.total = tree_shape(depth, topk, total)
 
     @torch.inference_mode()
     def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:

@@ -169,10 +169,8 @@ class ModelTreeDrafter(DraftModelDrafter):
     """EAGLE-2's dynamic draft tree grown by a small causal LM (greedy drafting only)."""
 
     def __init__(self, model: torch.nn.Module, depth: int, topk: int, total: int) -> None:
-        if min(depth, topk, total) < 1:
-            raise ValueError("depth, topk and total must be at least 1")
         super().__init__(model)
-        self.depth, self.topk, self.total = depth, topk, total
+        self.depth, self.topk, self.total = tree_shape(depth, topk, total)
 
     @torch.inference_mode()
     def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
@@ -213,6 +211,13 @@ class ModelTreeDrafter(DraftModelDrafter):
 
 
 Feed = Callable[[DraftTree, list[int]], torch.Tensor]
+
+
+def tree_shape(depth: int, topk: int, total: int) -> tuple[int, int, int]:
+    """(depth, topk, total) of an EAGLE-2 tree drafter, checked."""
+    if min(depth, topk, total) < 1:
+        raise ValueError("depth, topk and total must be at least 1")
+    return depth, topk, total
 
 
 def grow_tree(
