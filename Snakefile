@@ -30,6 +30,7 @@ include: "workflow/rules/sampling.smk"
 include: "workflow/rules/lecture.smk"
 include: "workflow/rules/pipeline.smk"
 include: "workflow/rules/moa.smk"
+include: "workflow/rules/remote.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -168,8 +168,15 @@ def test_real_mirror_files_normalize(mini_config: dict) -> None:
 
 def test_spec_bench_prompts_keep_first_turn_and_category() -> None:
     recs = load_dataset("sb", spec("prompt", "spec_bench", ["spec_bench/question.jsonl"]), M)
-    assert recs == [{"id": "81", "prompt": "Compose a short poem.", "category": "writing"},
-                    {"id": "200", "prompt": "Who wrote Hamlet?", "category": "qa"}]  # fmt: skip
+    assert recs == [
+        {"id": "81", "prompt": "Compose a short poem.", "category": "writing", "reference": None},
+        {"id": "200", "prompt": "Who wrote Hamlet?", "category": "qa", "reference": None},
+        {"id": "401", "category": "math_reasoning", "reference": REFERENCE,
+         "prompt": "Jen pays $400 for supplies and 50% more for tickets. How much in total?"},
+    ]  # fmt: skip
+
+
+REFERENCE = "Tickets: 400*1.5=600\nTotal: 600+400=1000\n#### 1000"
 
 
 def test_pinned_url_fallback_checks_its_sha256() -> None:
@@ -179,6 +186,6 @@ def test_pinned_url_fallback_checks_its_sha256() -> None:
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     url = {"href": path.resolve().as_uri(), "sha256": sha}
     recs = load_dataset("sb", spec("prompt", "spec_bench", ["nowhere.jsonl"], url=url), M)
-    assert [r["id"] for r in recs] == ["81", "200"]
+    assert [r["id"] for r in recs] == ["81", "200", "401"]
     with pytest.raises(DataError, match="has SHA-256"):
         load_dataset("sb", spec("prompt", "spec_bench", [], url={**url, "sha256": "0" * 64}), M)

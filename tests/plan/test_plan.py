@@ -29,8 +29,8 @@ EXPECTED_JOBS = {
                "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8},
     "paper": {"evaluate_lmeval": 81, "evaluate_original": 2, "evaluate_healed": 8,
               "convert_mla": 81, "convert_allocate": 42, "convert_sensitivity": 42,
-              "convert_factorize": 17, "covariance_collect": 14, "ngram_index": 9,
-              "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 768,
+              "convert_factorize": 17, "covariance_collect": 14, "ngram_index": 10,
+              "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 1024,
               "models_fetch": 9},
 }  # fmt: skip
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
@@ -48,7 +48,9 @@ EXPECTED_JOBS = {
 # every scale: + Spec-Bench's questions (one dataset), document 002's head training (one job per
 # drafter: 4 at ci and mini, 5 at paper), its decoding job and five report items (Tables 2, 5,
 # 10 measured; Tables 1 and 6 transcribed)
-TOTALS = {"ci": 223, "config": 302, "paper": 1198}
+# every scale: + document 002's client-server jobs (remote_run, one per head: 3 at ci, 4 at
+# mini, 5 at paper) and their three report items (Tables 3, 4, 7; issue 16)
+TOTALS = {"ci": 238, "config": 321, "paper": 1476}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -164,11 +166,11 @@ def test_rows_mean_what_they_say(plans) -> None:
 
 def test_stages_off_when_absent(configs, schema) -> None:
     cfg = dict(configs["ci"], care=None, spec=None, lecture=None, sampling=None, pipeline=None,
-               moa=None)  # fmt: skip
+               moa=None, remote=None)  # fmt: skip
     plan = Plan(cfg)
     assert plan.care is None and plan.heal is None and plan.spec is None
     assert plan.lecture is None and plan.sampling is None and plan.pipeline is None
-    assert plan.moa is None
+    assert plan.moa is None and plan.remote is None
     assert {i.rule for i in plan.report_items()} == {
         "report_table_2_1", "data_sources", "report_models", "report_pretrain",
         "report_status"}  # fmt: skip
@@ -223,6 +225,7 @@ def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
     """A teacher other than the spec target gets its responses generated for distillation."""
     cfg = copy.deepcopy(configs["ci"])
     cfg["spec"]["speed"]["runs"]["target_alt"]["methods"] = ["greedy"]  # no response index
+    cfg["moa"]["alt"] = None  # no heads trained on its responses
     responses = "results/generate/target_alt/responses.jsonl"
     assert responses not in Plan(validate(cfg, schema)).outputs()
     cfg["models"]["draft_alt"] = {
@@ -284,3 +287,38 @@ def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> N
     cfg["pipeline"] = {**cfg["pipeline"], **edit}
     with pytest.raises(ConfigError, match=message):
         Plan(validate(cfg, schema))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [({"ablation": {"set": "nowhere", "drafters": {"x": {"kind": "eagle"}}}},
+      "'moa.ablation.set': 'nowhere' is not a set"),
+     ({"ablation": {"set": "humaneval", "drafters": {"ours": {"kind": "eagle"}}}},
+      r"'moa.ablation.drafters': \['ours'\] are main drafters"),
+     ({"quality": {"sets": {"gsm8k": "nowhere"}}}, "'moa.quality.sets.gsm8k'"),
+     ({"alt": {"target": "target", "drafters": ["ours"]}}, "'moa.alt.target'"),
+     ({"alt": {"target": "draft", "drafters": ["ours"]}}, "has no responses to train on"),
+     ({"alt": {"target": "target_alt", "drafters": ["ghost"]}},
+      r"'moa.alt.drafters': \['ghost'\] are not main drafters")],
+)  # fmt: skip
+def test_moa_block_errors_name_the_key(configs, schema, edit, message) -> None:
+    from kvspec.config import ConfigError
+
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["moa"] = {**cfg["moa"], **edit}
+    with pytest.raises(ConfigError, match=message):
+        Plan(validate(cfg, schema))
+
+
+def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
+    moa = plans["config"].moa
+    alt = moa.alt["target"]
+    assert moa.models() == ["target", alt]
+    assert moa.drafters_of(alt) == list(moa.alt["drafters"])
+    assert f"results/moa/{alt}/heads/eagle.pt" in moa.heads()
+    assert "results/moa/target/heads/eagle_layers.pt" in moa.heads()  # an ablation head
+    capped = moa.sets(SimpleNamespace(model=alt))
+    assert {s["n"] for s in capped.values()} == {moa.alt["n"]}
+    assert moa.sets(SimpleNamespace(model="target"))["humaneval"]["n"] == 2
+    settings = moa.bench_settings(SimpleNamespace(model=alt))
+    assert settings["ablations"] == [] and settings["drafters"] == moa.alt["drafters"]

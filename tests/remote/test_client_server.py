@@ -1,6 +1,8 @@
 """A real server process and a client on the loopback: greedy client-server decoding equals
-local greedy decoding (through any link), the link is cut or the server killed and the client
-finishes alone or fails naming why, and a misbehaving server never yields tokens."""
+local greedy decoding (through any link), chain and tree, for every drafter kind, and with a
+lossless payload the client's drafts are exactly local drafting's; the link is cut or the
+server killed and the client finishes alone or fails naming why, and a misbehaving server
+never yields tokens."""
 
 from __future__ import annotations
 
@@ -15,12 +17,19 @@ import torch
 
 from kvspec.remote import protocol as p
 from kvspec.remote.client import RemoteError, remote_generate
-from kvspec.spec.decode import greedy_generate
+from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter
 from kvspec.spec.eagle import EagleDrafter, EagleHead
+from kvspec.spec.neural import build_head, make_drafter
+from kvspec.spec.tree import tree_generate
 from tests.spec.test_tree import _llama
 
 PROMPT, NEW = [3, 17, 5, 9, 21, 8], 20
+SIZES = {"lsa_intermediate": 16, "sa_intermediate": 16, "ca_intermediate": 32}
+HEADS = {"moa0": {"kind": "moa", "tli": 0, **SIZES}, "moa1": {"kind": "moa", "tli": 1, **SIZES},
+         "eagle": {"kind": "eagle"}, "independent": {"kind": "independent", "layers": 1,
+                                                      "intermediate": 32}}  # fmt: skip
+TREE = {"depth": 3, "topk": 2, "total": 5}
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +39,106 @@ def target_dir(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture(scope="module")
+def head_files(tmp_path_factory) -> dict[str, str]:
+    """Untrained heads of every kind, saved as the moa stage saves them."""
+    target, files = _llama(0, layers=3), {}
+    for i, (name, decl) in enumerate(HEADS.items()):
+        torch.manual_seed(10 + i)
+        path = tmp_path_factory.mktemp("heads") / f"{name}.pt"
+        torch.save({"drafter": decl, "state": build_head(target, decl).state_dict()}, path)
+        files[name] = str(path)
+    return files
+
+
+@pytest.fixture(scope="module")
+def served(target_dir, head_files, tmp_path_factory):
+    """One server for the module, holding the MoA heads."""
+    heads = [f"--head={n}={f}" for n, f in head_files.items() if n.startswith("moa")]
+    proc, address = _server(target_dir, tmp_path_factory.mktemp("served"), *heads)
+    yield address
+    proc.kill()
+    proc.wait()
+
+
+def _recording(drafter):
+    """Record every draft the drafter proposes (tokens, and parents of tree nodes)."""
+    drafts = []
+    for name in ("propose", "propose_tree"):
+        inner = getattr(drafter, name, None)
+        if inner is None:
+            continue
+
+        def wrapped(context, budget, _inner=inner):
+            draft = _inner(context, budget)
+            drafts.append((list(draft.tokens), list(getattr(draft, "parents", []))))
+            return draft
+
+        setattr(drafter, name, wrapped)
+    return drafts
+
+
+def _drafter(name: str, head_files, tree: bool):
+    from kvspec.spec.neural import load_head
+
+    target = _llama(0, layers=3)
+    head, decl = load_head(head_files[name], target)
+    return target, make_drafter(decl["kind"], head, target, TREE if tree else None), decl["kind"]
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+@pytest.mark.parametrize("name", list(HEADS))
+def test_remote_drafts_equal_local_drafts_and_tokens_equal_greedy(served, head_files, name,
+                                                                   tree) -> None:  # fmt: skip
+    target, local, kind = _drafter(name, head_files, tree)
+    local_drafts = _recording(local)
+    if tree:
+        expected, steps = tree_generate(target, PROMPT, local, NEW)
+    else:
+        expected, steps = speculative_generate(target, PROMPT, local, NEW, 3)
+    assert expected == greedy_generate(target, PROMPT, NEW)
+    _, remote, _ = _drafter(name, head_files, tree)
+    remote_drafts = _recording(remote)
+    out = remote_generate(served, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
+                          head=name if kind == "moa" else None)  # fmt: skip
+    assert out.tokens == expected and out.disconnected is None
+    assert remote_drafts == local_drafts and out.calls == len(steps)
+    assert out.nodes[1:] == [s.drafted for s in steps]
+
+
+@pytest.mark.parametrize("name", ["moa1", "eagle", "independent"])
+def test_quantised_payloads_keep_greedy_tokens_and_follow_table_7(served, head_files,
+                                                                  name) -> None:  # fmt: skip
+    target, drafter, kind = _drafter(name, head_files, True)
+    out = remote_generate(served, PROMPT, drafter, NEW, 3, kind=kind,
+                          head=name if kind == "moa" else None)  # fmt: skip
+    assert out.tokens == greedy_generate(target, PROMPT, NEW)
+    tc = target.config
+    e_kv = tc.num_key_value_heads * tc.hidden_size // tc.num_attention_heads
+    table = "ours" if kind == "moa" else kind
+    tli = HEADS[name].get("tli", 0)
+    for i in range(1, len(out.sent)):
+        m, a = out.nodes[i], out.tokens_back[i]
+        t7 = p.table7_bytes(table, m=m, a=a, hidden=tc.hidden_size, kv=e_kv, tli=tli)
+        assert out.sent[i] == t7["client"] + p.HEADER.size
+        assert out.received[i] == t7["server"] + p.verdict_overhead(out.rows[i])
+    assert out.rows[0] == ([] if kind == "independent" else [len(PROMPT) - 1] * (1 + tli))
+
+
+def test_moa_disconnected_client_finishes_with_its_tli_layers(served, head_files) -> None:
+    target, drafter, kind = _drafter("moa1", head_files, True)
+    out = remote_generate(served, PROMPT, drafter, NEW, 3, kind=kind, head="moa1",
+                          disconnect_after=5, lossless=True)  # fmt: skip
+    assert out.verified == 5 and len(out.tokens) == NEW and "cut after 5" in out.disconnected
+    assert out.tokens[:5] == greedy_generate(target, PROMPT, 5)
+    # alone, the drafter continues its own greedy chain from the state the server sent
+    _, local, _ = _drafter("moa1", head_files, True)
+    _, steps = tree_generate(target, PROMPT, local, 5)
+    assert local.propose(PROMPT + out.tokens[:5], NEW - 5).tokens == out.tokens[5:]
+
+
 def _server(target_dir: str, tmp_path, *extra: str):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     port_file = tmp_path / "port"
     proc = subprocess.Popen([sys.executable, "-m", "kvspec.remote.server", "--target", target_dir,
                              "--port-file", str(port_file), "--dtype", "float64", *extra],
@@ -84,7 +192,7 @@ def test_a_cut_link_finishes_with_the_drafter_alone(server) -> None:
     out = remote_generate(address, PROMPT, DraftModelDrafter(draft_model), NEW, 3,
                           disconnect_after=8)  # fmt: skip
     reference = greedy_generate(_llama(0, layers=3), PROMPT, NEW)
-    assert "cut after" in out.disconnected and 8 <= out.verified < NEW
+    assert "cut after 8" in out.disconnected and out.verified == 8
     assert out.tokens[: out.verified] == reference[: out.verified]
     rest = greedy_generate(draft_model, PROMPT + out.tokens[: out.verified], NEW - out.verified)
     assert out.tokens[out.verified :] == rest and len(out.tokens) == NEW
@@ -127,3 +235,51 @@ def test_a_truncated_reply_raises_and_a_silent_server_times_out() -> None:
     with listener, pytest.raises(RemoteError, match="TimeoutError"):
         remote_generate(address, PROMPT, drafter, NEW, 3, timeout_s=0.5, fallback=False)
     assert time.monotonic() - start < 5
+
+
+def test_a_dropped_draft_times_out_into_the_fallback() -> None:
+    draft_model = _llama(5, layers=1)
+    listener, address = _fake_server(p.pack(p.VERDICT, 0, p.encode_verdict([])))  # then silent
+    start = time.monotonic()
+    with listener:
+        out = remote_generate(address, PROMPT, DraftModelDrafter(draft_model), NEW, 3,
+                              timeout_s=0.5)  # fmt: skip
+    assert time.monotonic() - start < 5 and "TimeoutError" in out.disconnected
+    assert out.verified == 0 and out.tokens == greedy_generate(draft_model, PROMPT, NEW)
+
+
+def _dying(drafter, proc):
+    """The server process dies while the client drafts its third step."""
+    inner, calls = drafter.propose, []
+
+    def propose(context, k):
+        calls.append(k)
+        if len(calls) == 3:
+            proc.kill()
+            proc.wait()
+        return inner(context, k)
+
+    drafter.propose = propose
+    return drafter
+
+
+def test_a_server_restart_mid_generation_falls_back_then_serves_again(target_dir, tmp_path) -> None:
+    reference = greedy_generate(_llama(0, layers=3), PROMPT, NEW)
+    draft_model = _llama(5, layers=1)
+    proc, address = _server(target_dir, tmp_path / "a")
+    out = remote_generate(address, PROMPT, _dying(DraftModelDrafter(draft_model), proc), NEW, 3,
+                          timeout_s=5)  # fmt: skip
+    assert out.disconnected and 0 < out.verified < NEW and len(out.tokens) == NEW
+    assert out.tokens[: out.verified] == reference[: out.verified]
+    proc, address = _server(target_dir, tmp_path / "b")
+    with pytest.raises(RemoteError, match="stopped answering after [1-9]"):
+        remote_generate(address, PROMPT, _dying(DraftModelDrafter(draft_model), proc), NEW, 3,
+                        timeout_s=5, fallback=False)  # fmt: skip
+    proc, address = _server(target_dir, tmp_path / "c")  # restarted: a new session works
+    try:
+        again = remote_generate(address, PROMPT, DraftModelDrafter(draft_model), NEW, 3,
+                                timeout_s=5)  # fmt: skip
+        assert again.tokens == reference and again.disconnected is None
+    finally:
+        proc.kill()
+        proc.wait()

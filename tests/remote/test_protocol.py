@@ -27,27 +27,46 @@ def test_frames_round_trip_and_count_their_bytes() -> None:
 
 
 def test_payload_sizes_follow_table_7() -> None:
-    m, a, hidden = 6, 3, 64
+    m, a, hidden, kv, tli = 6, 3, 64, 16, 2
     assert len(p.encode_draft(list(range(m)), [p.ROOT, *range(m - 1)])) == 4 * m
     tokens = [1, 2, 3]
-    extra = 2 + 9  # our framing: token count, activation flag and shape
-    independent = len(p.encode_verdict(tokens))
-    eagle = len(p.encode_verdict(tokens, np.ones((a, hidden), dtype=np.float32)))
-    t7 = p.table7_bytes("eagle", m=m, a=a, hidden=hidden)
-    assert independent - extra == p.table7_bytes("independent", a=a)["server"] == 3 * a
-    assert eagle - extra - 4 * a == t7["server"]  # + one float32 scale per row
-    assert p.table7_bytes("ours", a=a, kv=16, tli=1)["server"] == 3 * a + 2 * a * 16 * 2
+    independent = len(p.pack(p.VERDICT, 0, p.encode_verdict(tokens)))
+    eagle = len(p.pack(p.VERDICT, 0, p.encode_verdict(tokens, [np.ones((a, hidden))])))
+    ours_blocks = [np.ones((a, 2 * kv)), np.ones((a * tli, 2 * kv))]
+    ours = len(p.pack(p.VERDICT, 0, p.encode_verdict(tokens, ours_blocks)))
+    t7 = {d: p.table7_bytes(d, m=m, a=a, hidden=hidden, kv=kv, tli=tli)["server"]
+          for d in ("independent", "eagle", "ours")}  # fmt: skip
+    assert independent == t7["independent"] + p.verdict_overhead([]) and t7["independent"] == 9
+    assert eagle == t7["eagle"] + p.verdict_overhead([a])
+    assert ours == t7["ours"] + p.verdict_overhead([a, a * tli])
+    assert t7["ours"] == 3 * a + 2 * a * kv * (tli + 1)
 
 
 def test_quantised_activations_come_back_close_and_gzip_shrinks_them() -> None:
     rng = np.random.default_rng(0)
     acts = rng.normal(size=(40, 64)).astype(np.float32)
-    tokens, back = p.decode_verdict(p.encode_verdict([9], acts))
+    tokens, (back,) = p.decode_verdict(p.encode_verdict([9], [acts]))
     assert tokens == [9] and np.abs(back - acts).max() <= np.abs(acts).max() / 127
     smooth = np.tile(acts[:1], (40, 1))  # a repetitive prompt compresses
-    assert len(p.encode_verdict([], smooth, compress=True)) < len(p.encode_verdict([], smooth)) / 4
-    assert np.allclose(p.decode_verdict(p.encode_verdict([], smooth, compress=True))[1],
-                       p.decode_verdict(p.encode_verdict([], smooth))[1])  # fmt: skip
+    plain = p.encode_verdict([], [smooth])
+    assert len(p.encode_verdict([], [smooth], compress=True)) < len(plain) / 4
+    assert np.allclose(p.decode_verdict(p.encode_verdict([], [smooth], compress=True))[1][0],
+                       p.decode_verdict(plain)[1][0])  # fmt: skip
+
+
+def test_lossless_blocks_come_back_exactly() -> None:
+    blocks = [np.random.default_rng(1).normal(size=(3, 5)), np.arange(8.0).reshape(4, 2)]
+    tokens, back = p.decode_verdict(p.encode_verdict([1, 2], blocks, compress=True,
+                                                     lossless=True))  # fmt: skip
+    assert tokens == [1, 2] and all(np.array_equal(x, y) for x, y in zip(back, blocks, strict=True))
+
+
+def test_an_inconsistent_verdict_is_refused() -> None:
+    data = p.encode_verdict([1], [np.ones((2, 4))])
+    with pytest.raises(p.ProtocolError, match="payload of"):
+        p.decode_verdict(data[:-1])
+    with pytest.raises(p.ProtocolError, match="malformed VERDICT"):
+        p.decode_verdict(data[:5])
 
 
 def test_hello_round_trip() -> None:

@@ -12,8 +12,11 @@ from kvspec.io import write_json
 from kvspec.report.moa import (
     render_table_2,
     render_table_5,
+    render_table_8,
+    render_table_9,
     render_table_10,
     table_2,
+    table_8,
     table_humaneval,
 )
 
@@ -22,7 +25,8 @@ from ..conftest import REPO
 PAPER = REPO / "config" / "paper_results"
 ITEM = {"labels": {"ours": "Ours (TLI=0)", "eagle": "EAGLE-2", "independent": "Independent"},
         "sets": {"humaneval": "HumanEval", "gsm8k": "GSM8K"}, "chain_k": 4,
-        "tree": {"depth": 3, "topk": 2, "total": 6}}  # fmt: skip
+        "tree": {"depth": 3, "topk": 2, "total": 6}, "max_new_tokens": 64,
+        "models": ["target", "target_alt"]}  # fmt: skip
 
 
 def _summary() -> pd.DataFrame:
@@ -78,6 +82,7 @@ def test_humaneval_tables_pick_the_mode_and_add_the_baseline(heads) -> None:
 
 @pytest.mark.parametrize("render, stem", [(render_table_2, "moa_table_2"),
                                           (render_table_5, "moa_table_5"),
+                                          (render_table_9, "moa_table_9"),
                                           (render_table_10, "moa_table_10")])  # fmt: skip
 def test_renderers_write_csv_and_markdown(render, stem, heads, tmp_path) -> None:
     summary = tmp_path / "bench.csv"
@@ -87,3 +92,32 @@ def test_renderers_write_csv_and_markdown(render, stem, heads, tmp_path) -> None
                   "paper": [str(PAPER / f"{stem}.csv")]}, out)  # fmt: skip
     assert "(ours)" in Path(out["csv"]).read_text().splitlines()[0]
     assert "speedup over our greedy loop" in Path(out["md"]).read_text()
+
+
+def _quality() -> pd.DataFrame:
+    rows = []
+    for method in ("greedy", "ours/tree", "ours/chain", "hf_prompt_lookup"):
+        for metric, n, score in (("humaneval", 2, 0.5), ("gsm8k", 4, 0.25), ("cnndm", 1, 0.3)):
+            rows.append({"method": method, "metric": metric, "n": n, "score": score, "cut": 1,
+                         "same_as_greedy": 1.0})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_table_8_puts_greedy_on_the_vanilla_row_and_scales_to_percent(tmp_path) -> None:
+    table = table_8(_quality(), ITEM, PAPER / "moa_table_8.csv").set_index("model")
+    vanilla = table.loc["Llama3-8B-Instruct"]
+    assert vanilla["decoding"] == "Vanilla decoding"
+    assert vanilla["humaneval_pass1 (ours)"] == pytest.approx(50.0)
+    assert vanilla["humaneval_pass1 (paper)"] == pytest.approx(62.5)
+    assert vanilla["gsm8k_acc (ours)"] == pytest.approx(25.0) and vanilla["gsm8k_n"] == 4
+    assert table.loc["Ours (TLI=0)", "cnndm_rougeL_f (ours)"] == pytest.approx(0.3)
+    assert table.loc["Ours (TLI=0)", "cnndm_rougeL_f (paper)"] == pytest.approx(0.3070)
+    assert "hf_prompt_lookup" in table.index  # ours only
+    assert pd.isna(table.loc["Ours (TLI=3)", "gsm8k_acc (ours)"])  # the document's only
+    assert len(table) == len(set(table.index))  # chain rows left out: one row per method
+    summary = tmp_path / "quality.csv"
+    _quality().to_csv(summary, index=False)
+    out = {"csv": str(tmp_path / "t8.csv"), "md": str(tmp_path / "t8.md")}
+    render_table_8(ITEM, {"summary": [str(summary)], "paper": [str(PAPER / "moa_table_8.csv")]},
+                   out)  # fmt: skip
+    assert "ROUGE-L" in Path(out["md"]).read_text()

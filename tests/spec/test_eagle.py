@@ -3,6 +3,7 @@ positions; greedy decoding is reproduced; training on the target's features rais
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kvspec.spec.decode import greedy_generate, speculative_generate
@@ -100,10 +101,14 @@ def test_tree_scores_are_the_heads_own_chain_probabilities() -> None:
     assert drafter.cache.get_seq_length() == n
 
 
-def test_greedy_tree_decoding_with_the_head_is_greedy_decoding() -> None:
+@pytest.mark.parametrize(("layers", "intermediate"), [(1, None), (2, 24)])
+def test_greedy_tree_decoding_with_the_head_is_greedy_decoding(layers, intermediate) -> None:
+    """EAGLE and Table 5's deeper variant ("more layers": two narrower layers)."""
     target = _llama(0)
     torch.manual_seed(1)
-    head = EagleHead(target)
+    head = EagleHead(target, layers, intermediate)
+    assert len(head.more) == layers - 1
+    assert head.layer.mlp.up_proj.out_features == (intermediate or target.config.intermediate_size)
     for prompt in PROMPTS:
         drafter = EagleTreeDrafter(head, target, depth=3, topk=2, total=6)
         out, steps = tree_generate(target, prompt, drafter, 16)

@@ -29,9 +29,13 @@ SIZE = dict(lsa_intermediate=32, sa_intermediate=48, ca_intermediate=64)
 PROMPTS = [[3, 17, 5, 9, 21], [5, 5, 5, 5], [40, 2, 19, 7, 7, 31], [11, 30, 4]]
 
 
-def _head(target, tli: int = 0, seed: int = 1) -> MoAHead:
+def _head(target, tli: int = 0, seed: int = 1, state: str = "lsa") -> MoAHead:
     torch.manual_seed(seed)
-    return MoAHead(target, MoASize(tli=tli, **SIZE))
+    return MoAHead(target, MoASize(tli=tli, state=state, **SIZE))
+
+
+# (tli, state): the architecture and Table 5's ablations
+VARIANTS = [(0, "lsa"), (1, "lsa"), (1, "kv_mean"), (0, "o"), (1, "o")]
 
 
 def test_layer_self_attention_treats_each_token_alone() -> None:
@@ -50,25 +54,27 @@ def test_verification_bounds() -> None:
     assert bound.tolist() == [-1, 0, 1, 2, 2, 2, 5, 5, 5]
 
 
-@pytest.mark.parametrize("tli", [0, 1])
-def test_drafting_computes_the_teacher_forced_forward(tli) -> None:
+@pytest.mark.parametrize(("tli", "state"), VARIANTS)
+def test_drafting_computes_the_teacher_forced_forward(tli, state) -> None:
     """Verified positions 0..n-1; the drafter's activations for the tokens at n, n+1, ...
     (forced, not drafted) equal the training forward's with that verification."""
     target = _llama(0, layers=3)
-    head = _head(target, tli)
+    head = _head(target, tli, state=state)
     seq = [3, 17, 5, 9, 21, 8, 30, 2, 44, 6]
     n = 5
     with torch.no_grad():
         out = target(input_ids=torch.tensor([seq]), use_cache=True, output_hidden_states=True)
         kv = layer_kv(out.past_key_values, 0, len(seq))
         verified, bound = verification(len(seq), prompt=n, period=1000)
-        pred = moa_forward(head, target, torch.tensor([seq]), kv, bound)
+        final = out.hidden_states[-1]
+        pred = moa_forward(head, target, torch.tensor([seq]), kv, bound, final)
         if tli:
             mixed = torch.where(verified[None, :, None], out.hidden_states[-1 - tli], pred)
             pred = finish(target, tli, mixed, torch.arange(len(seq))[None])
         cache = DynamicCache()
         target(input_ids=torch.tensor([seq[:n]]), past_key_values=cache, use_cache=True)
     drafter = MoADrafter(head, target)
+    drafter.observe(final[0, :n], 0)
     drafter.observe_cache(cache)
     drafter.sa_cache = DynamicCache()
     with torch.no_grad():
@@ -79,15 +85,41 @@ def test_drafting_computes_the_teacher_forced_forward(tli) -> None:
             q = drafter._queries([seq[n + 1 + i]], n + 1 + i)
 
 
-@pytest.mark.parametrize("tli", [0, 1])
-def test_greedy_decoding_with_the_drafter_is_greedy_decoding(tli) -> None:
+@pytest.mark.parametrize(("tli", "state"), VARIANTS)
+def test_greedy_decoding_with_the_drafter_is_greedy_decoding(tli, state) -> None:
     target = _llama(0, layers=3)
-    head = _head(target, tli)
+    head = _head(target, tli, state=state)
     for prompt in PROMPTS:
         drafter = MoADrafter(head, target)
         out, steps = speculative_generate(target, prompt, drafter, 16, 3)
         assert out == greedy_generate(target, prompt, 16)
         assert drafter.lsa.shape[1] == steps[-1].cache_len  # one LSA vector per verified position
+        if state == "o":  # the loop's features are the training forward's (post-norm) ones
+            n = steps[-1].cache_len
+            with torch.no_grad():
+                final = target(input_ids=torch.tensor([(prompt + out)[:n]]),
+                               output_hidden_states=True).hidden_states[-1]  # fmt: skip
+            torch.testing.assert_close(drafter.lsa[0], final[0], rtol=0, atol=1e-10)
+
+
+def test_ablation_heads_train() -> None:
+    """Each of Table 5's MoA variants takes a gradient step on its own parameters only."""
+    target = _llama(0, layers=3)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    for tli, state in VARIANTS[2:]:
+        head = _head(target, tli, state=state)
+        loss, parts = moa_loss(head, target, torch.tensor([[3, 17, 5, 9, 21, 8, 30, 2]]), 3,
+                               random.Random(0), (2, 3))  # fmt: skip
+        loss.backward()
+        grads = [p.grad for p in head.parameters() if p.requires_grad]
+        assert all(g is not None for g in grads) and parts["loss"] > 0
+    assert all(p.grad is None for p in target.parameters())
+
+
+def test_unknown_state_is_refused() -> None:
+    with pytest.raises(ValueError, match="state must be one of"):
+        _head(_llama(0, layers=3), state="mean")
 
 
 def test_training_on_the_targets_states_raises_acceptance() -> None:
@@ -165,10 +197,10 @@ def test_tree_scores_are_the_heads_own_chain_probabilities(tli) -> None:
             assert abs(tree.scores[i] - want) < 1e-8
 
 
-@pytest.mark.parametrize("tli", [0, 1])
-def test_greedy_tree_decoding_with_the_head_is_greedy_decoding(tli) -> None:
+@pytest.mark.parametrize(("tli", "state"), VARIANTS)
+def test_greedy_tree_decoding_with_the_head_is_greedy_decoding(tli, state) -> None:
     target = _llama(0, layers=3)
-    head = _head(target, tli)
+    head = _head(target, tli, state=state)
     for prompt in PROMPTS:
         drafter = MoATreeDrafter(head, target, depth=3, topk=2, total=6)
         out, steps = tree_generate(target, prompt, drafter, 16)

@@ -166,10 +166,15 @@ def test_a_wider_tree_accepts_at_least_as_much_as_its_first_branch(target, draft
     assert tau[1] >= tau[0]
 
 
-def test_sliding_window_caches_are_refused() -> None:
+def test_sliding_window_caches_are_refused_once_they_drop_positions() -> None:
     from transformers.cache_utils import DynamicSlidingWindowLayer
 
     cache = DynamicCache()
     cache.layers = [DynamicSlidingWindowLayer(sliding_window=4)]
-    with pytest.raises(TypeError, match="full dynamic cache"):
+    kv = torch.arange(3.0).view(1, 1, 3, 1)
+    cache.layers[0].update(kv, kv)
+    keep_positions(cache, [0, 2])
+    assert cache.layers[0].keys.flatten().tolist() == [0.0, 2.0] and cache.get_seq_length() == 2
+    cache.layers[0].update(kv, kv)  # 5 positions: the layer kept the last 3
+    with pytest.raises(ValueError, match="sliding-window cache layer"):
         keep_positions(cache, [0])

@@ -1,5 +1,7 @@
-"""Document 002 at ci scale: every head trained and saved with its sizes and cost; every head's
-chain and tree decoding equalled greedy decoding on every prompt set; the tables were drawn."""
+"""Document 002 at ci scale: every head (main, ablation, second target) trained and saved with
+its sizes and cost; every head's chain and tree decoding equalled greedy decoding on every
+prompt set, the ablation heads' chain decoding on their set; every answer scored; the tables
+were drawn."""
 
 from __future__ import annotations
 
@@ -15,9 +17,17 @@ from ..conftest import shared_mirror
 pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mirror not present")
 
 
+def _heads(moa: dict) -> list[tuple[str, str, dict]]:
+    """(model, name, declaration) of every head the stage trains."""
+    main = [("target", n, d) for n, d in moa["drafters"].items()]
+    ablation = [("target", n, d) for n, d in moa["ablation"]["drafters"].items()]
+    alt = [(moa["alt"]["target"], n, moa["drafters"][n]) for n in moa["alt"]["drafters"]]
+    return main + ablation + alt
+
+
 def test_every_head_trained_with_its_sizes(ci_run: Path, ci_config: dict) -> None:
-    for name, decl in ci_config["moa"]["drafters"].items():
-        saved = torch.load(ci_run / f"results/moa/target/heads/{name}.pt", weights_only=False)
+    for model, name, decl in _heads(ci_config["moa"]):
+        saved = torch.load(ci_run / f"results/moa/{model}/heads/{name}.pt", weights_only=False)
         assert saved["drafter"]["kind"] == decl["kind"]
         stats = saved["stats"]
         assert stats["trainable_parameters"] > 0 and stats["tokens_seen"] > 0
@@ -30,13 +40,32 @@ def test_every_drafter_equals_greedy_on_every_set(ci_run: Path, ci_config: dict)
     moa = ci_config["moa"]
     methods = {"greedy", *moa["baselines"],
                *(f"{d}/{m}" for d in moa["drafters"] for m in ("chain", "tree"))}  # fmt: skip
+    ablation = {f"{d}/chain" for d in moa["ablation"]["drafters"]}
     assert set(summary["set"]) == set(moa["sets"])
-    for _, rows in summary.groupby("set"):
-        assert set(rows["method"]) == methods
+    for name, rows in summary.groupby("set"):
+        extra = ablation if name == moa["ablation"]["set"] else set()
+        assert set(rows["method"]) == methods | extra
     assert (summary["exact_vs_greedy"] == 1.0).all()
     runs = json.loads((ci_run / "results/moa/target/bench.json").read_text())
     assert all(r["tokens"] for r in runs["records"])
+    alt = pd.read_csv(ci_run / f"results/moa/{moa['alt']['target']}/bench.csv")
+    assert (alt["exact_vs_greedy"] == 1.0).all()
+    assert set(alt["method"]) == {"greedy", *moa["baselines"],
+                                  *(f"{d}/{m}" for d in moa["alt"]["drafters"]
+                                    for m in ("chain", "tree"))}  # fmt: skip
     report = ci_run / "results/report"
-    for n in (1, 2, 5, 6, 10):
+    for n in (1, 2, 5, 6, 8, 9, 10):
         assert (report / f"moa_table_{n}.md").stat().st_size > 0
     assert "Ours (TLI=0)" in (report / "moa_table_2.csv").read_text()
+    assert "EAGLE (more layers)" in (report / "moa_table_5.csv").read_text()
+
+
+def test_every_answer_of_the_scored_sets_is_scored(ci_run: Path, ci_config: dict) -> None:
+    quality = pd.read_csv(ci_run / "results/moa/target/quality.csv")
+    bench = pd.read_csv(ci_run / "results/moa/target/bench.csv")
+    for metric, name in ci_config["moa"]["quality"]["sets"].items():
+        rows = quality[quality["metric"] == metric].set_index("method")
+        assert set(rows.index) == set(bench[bench["set"] == name]["method"])
+        assert rows["score"].between(0, 1).all()
+        assert (rows["same_as_greedy"] == 1.0).all()  # greedy verification: greedy's answers
+        assert rows["score"].nunique() == 1  # so the same scores

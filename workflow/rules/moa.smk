@@ -1,14 +1,15 @@
 # Stage moa (document 002, Mixture of Attentions): each drafter (MoA with TLI, EAGLE-2's
-# feature head, the Independent head) trained against the frozen target on its own responses,
-# then every drafter with chain (<= chain_k tokens) and EAGLE-2 tree drafting beside greedy
-# decoding and the n-gram baselines on the prompt sets, side by side in one job.
+# feature head, the Independent head, Table 5's ablation heads) trained against a frozen
+# target on its own responses, then every drafter with chain (<= chain_k tokens) and EAGLE-2
+# tree drafting beside greedy decoding and the n-gram baselines on the prompt sets, side by
+# side in one job per target (moa.target; moa.alt for Table 9); Table 8 scores the outputs.
 
 
 if PLAN.moa:
 
     rule moa_train:
         input:
-            **PLAN.moa.train_inputs(),
+            unpack(PLAN.moa.train_inputs),
         output:
             "results/moa/{model}/heads/{drafter}.pt",
         log:
@@ -35,7 +36,7 @@ if PLAN.moa:
 
     rule moa_bench:
         input:
-            **PLAN.moa.bench_inputs(),
+            unpack(PLAN.moa.bench_inputs),
         output:
             runs="results/moa/{model}/bench.json",
             summary="results/moa/{model}/bench.csv",
@@ -51,10 +52,32 @@ if PLAN.moa:
             runtime=120,
             gpu=config["resources"]["gpus"],
         params:
-            sets=PLAN.moa.sets(),
-            settings=PLAN.moa.bench_settings(),
+            sets=PLAN.moa.sets,
+            settings=PLAN.moa.bench_settings,
             device=config["resources"]["device"],
             dtype=config["resources"]["dtype"],
             seed=config["seed"],
         script:
             script_path("moa_bench.py")
+
+    rule moa_quality:
+        input:
+            unpack(PLAN.moa.quality_inputs),
+        output:
+            runs="results/moa/{model}/quality.json",
+            summary="results/moa/{model}/quality.csv",
+        log:
+            "logs/moa/{model}/quality.log",
+        benchmark:
+            "benchmarks/moa/{model}/quality.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        params:
+            quality=config["moa"].get("quality"),
+            max_new_tokens=config["moa"]["max_new_tokens"],
+        script:
+            script_path("moa_quality.py")

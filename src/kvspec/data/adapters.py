@@ -193,9 +193,12 @@ def humaneval(sources: list[list[Row]], opts: dict[str, Any]) -> list[Row]:
 
 
 def spec_bench(sources: list[list[Row]], opts: dict[str, Any]) -> list[Row]:
-    """Spec-Bench questions -> prompt records: the first turn, with the question's category."""
+    """Spec-Bench questions -> prompt records: the first turn, with the question's category
+    and its first reference answer where it has one (GSM8K solutions, CNN/DM highlights)."""
     return [{"id": str(_field(r, "question_id")), "prompt": str(_field(r, "turns")[0]).strip(),
-             "category": str(_field(r, "category"))} for r in sources[0]]  # fmt: skip
+             "category": str(_field(r, "category")),
+             "reference": str(r["reference"][0]) if r.get("reference") else None}
+            for r in sources[0]]  # fmt: skip
 
 
 ADAPTERS: dict[str, Adapter] = {

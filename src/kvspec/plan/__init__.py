@@ -19,6 +19,7 @@ from kvspec.plan.items import ReportItem
 from kvspec.plan.lecture import LecturePlan
 from kvspec.plan.moa import MoAPlan
 from kvspec.plan.pipeline import PipelinePlan
+from kvspec.plan.remote import RemotePlan
 from kvspec.plan.sampling import SamplingPlan
 from kvspec.plan.spec import SpecPlan
 
@@ -44,8 +45,9 @@ class Plan:
         self.sampling = SamplingPlan(config, repo) if config.get("sampling") else None
         self.pipeline = PipelinePlan(config, repo, self.spec) if config.get("pipeline") else None
         self.moa = MoAPlan(config, repo, self.spec) if config.get("moa") else None
+        self.remote = RemotePlan(config, repo, self.moa) if config.get("remote") else None
         parts = (self.base, self.care, self.heal, self.spec, self.sampling, self.lecture,
-                 self.pipeline, self.moa)  # fmt: skip
+                 self.pipeline, self.moa, self.remote)  # fmt: skip
         self._items = [item for part in parts if part for item in part.report_items()]
         self._items.append(self._status_item(repo))
 
@@ -76,7 +78,7 @@ class Plan:
 
     def report_items(self) -> list[ReportItem]:
         """Every report item, in DAG order (data, models, CARE, healing, speculation, sampling,
-        lecture, pipeline, MoA)."""
+        lecture, pipeline, MoA, client-server)."""
         return list(self._items)
 
     def report_item(self, rule: str) -> ReportItem:

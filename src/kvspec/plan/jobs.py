@@ -43,7 +43,12 @@ def planned_jobs(plan: Plan) -> Jobs:
     if plan.moa:
         for head in plan.moa.heads():
             _add(jobs, "moa_train", head)
-        _add(jobs, "moa_bench", *plan.moa.outputs())
+        for model in plan.moa.models():
+            _add(jobs, "moa_bench", *plan.moa.outputs(model))
+        if plan.moa.quality:
+            _add(jobs, "moa_quality", *plan.moa.quality_outputs())
+    for out in plan.remote.outputs() if plan.remote else ():
+        _add(jobs, "remote_run", out)
     for item in plan.report_items():
         _add(jobs, item.rule, *item.output_files())
     return jobs
@@ -149,14 +154,14 @@ def _heal_jobs(plan: Plan, jobs: Jobs) -> None:
 
 def _spec_indexes(plan: Plan) -> set[tuple[str, str, str]]:
     """(model, corpus, fraction) of every index: the target's sweep and response index, and
-    whatever each speed run's methods read."""
+    whatever each speed run's methods and the moa stage's baselines read."""
     spec = plan.spec
     indexes = {(spec.target, "responses", "1")}
     indexes |= {(spec.target, "sft", f) for f in spec.fractions}
     for model, run in spec.spec["speed"]["runs"].items():
         needs = {n for m in run["methods"] for n in METHOD_INPUTS[m]} & set(INDEX_OF)
         indexes |= {(model, *INDEX_OF[n]) for n in needs}
-    return indexes
+    return indexes | (plan.moa.indexes() if plan.moa else set())
 
 
 def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
@@ -168,6 +173,7 @@ def _spec_jobs(plan: Plan, jobs: Jobs) -> None:
         _add(jobs, "ngram_index", index, f"{index}.json")
     answering = {spec.target} | {m for m, corpus, _ in indexes if corpus == "responses"}
     answering |= {plan.base.teacher(m) for m in plan.base.distilled}
+    answering |= set(plan.moa.models() if plan.moa else [])  # heads train on responses
     for model in answering:
         _add(jobs, "generate_gather", paths.RESPONSES.format(model=model))
         for i in range(spec.spec["generate"]["shards"]):

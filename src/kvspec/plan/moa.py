@@ -1,6 +1,9 @@
 """Document 002 (Mixture of Attentions): drafters trained against the target, then decoded
 with chain and EAGLE-2 tree drafting on Spec-Bench-style prompt sets beside greedy decoding
-and the n-gram methods, side by side in one job."""
+and the n-gram methods, side by side in one job per model; Table 5's ablation heads (chain
+drafting on one set) join the target's job; the quality of every method's outputs (Table 8)
+is scored from that job's tokens; `alt` repeats the decoding job on a second target
+(Table 9)."""
 
 from __future__ import annotations
 
@@ -16,12 +19,17 @@ CATEGORY = "Mixture of Attentions drafters (document 002)"
 HEAD = "results/moa/{model}/heads/{drafter}.pt"
 BENCH_RUNS = "results/moa/{model}/bench.json"
 BENCH_SUMMARY = "results/moa/{model}/bench.csv"
+QUALITY_RUNS = "results/moa/{model}/quality.json"
+QUALITY_SUMMARY = "results/moa/{model}/quality.csv"
+QUALITY_METRICS = ("humaneval", "gsm8k", "cnndm")  # Table 8's columns, scored per set
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
 MEASURED = {
     "moa_table_2": ("render_table_2", "Table 2"),
     "moa_table_5": ("render_table_5", "Table 5"),
     "moa_table_10": ("render_table_10", "Table 10"),
 }
+QUALITY = {"moa_table_8": ("render_table_8", "Table 8")}
+ALT = {"moa_table_9": ("render_table_9", "Table 9")}
 TRANSCRIBED = {"moa_table_1": "Table 1", "moa_table_6": "Table 6"}
 
 
@@ -34,6 +42,9 @@ class MoAPlan:
         self.config, self.repo, self.spec = config, repo, spec
         self.moa = config["moa"]
         self.target: str = self.moa["target"]
+        self.ablation: Mapping[str, Any] = self.moa.get("ablation") or {}
+        self.alt: Mapping[str, Any] = self.moa.get("alt") or {}
+        self.quality: Mapping[str, str] = (self.moa.get("quality") or {}).get("sets") or {}
         self._check()
 
     def _check(self) -> None:
@@ -49,29 +60,73 @@ class MoAPlan:
             if s["prompts"] not in self.spec.spec["heldout"] | self.config["data"]["datasets"]:
                 raise ConfigError(f"config key 'moa.sets.{name}.prompts': {s['prompts']!r} is "
                                   "neither a held-out split nor a dataset")  # fmt: skip
+        self._check_extras(ConfigError)
+
+    def _check_extras(self, error: type[Exception]) -> None:
+        """The ablation, quality and alt blocks name existing sets, drafters and models."""
+        sets, main = set(self.moa["sets"]), set(self.moa["drafters"])
+        if self.ablation and self.ablation["set"] not in sets:
+            raise error(f"config key 'moa.ablation.set': {self.ablation['set']!r} is not a set")
+        both = sorted(set(self.ablation.get("drafters") or {}) & main)
+        if both:
+            raise error(f"config key 'moa.ablation.drafters': {both} are main drafters")
+        for metric, name in self.quality.items():
+            if metric not in QUALITY_METRICS or name not in sets:
+                raise error(f"config key 'moa.quality.sets.{metric}': metrics are {QUALITY_METRICS}"
+                            f", each scored on a set of moa.sets, not {name!r}")  # fmt: skip
+        if self.alt:
+            if self.alt["target"] not in self.config["models"] or self.alt["target"] == self.target:
+                raise error(f"config key 'moa.alt.target': {self.alt['target']!r} is not a "
+                            "key of models other than moa.target")  # fmt: skip
+            if self.alt["target"] not in self.spec.spec["generate"]["models"]:
+                raise error(f"config key 'moa.alt.target': {self.alt['target']!r} has no "
+                            "responses to train on: add it to spec.generate.models")  # fmt: skip
+            unknown = sorted(set(self.alt["drafters"]) - main)
+            if unknown:
+                raise error(f"config key 'moa.alt.drafters': {unknown} are not main drafters")
 
     # ---------------------------------------------------------------- jobs and their inputs
 
+    def models(self) -> list[str]:
+        """The targets with a decoding job: moa.target, then moa.alt's."""
+        return [self.target, *([self.alt["target"]] if self.alt else [])]
+
+    def declarations(self) -> dict[str, Mapping[str, Any]]:
+        """Every drafter by name: the main ones, then Table 5's ablation heads."""
+        return {**self.moa["drafters"], **(self.ablation.get("drafters") or {})}
+
+    def drafters_of(self, model: str) -> list[str]:
+        """The heads trained against `model` (the target: main + ablation; alt: its list)."""
+        if model == self.target:
+            return list(self.declarations())
+        return list(self.alt["drafters"]) if self.alt and model == self.alt["target"] else []
+
     def heads(self) -> list[str]:
-        return [HEAD.format(model=self.target, drafter=d) for d in self.moa["drafters"]]
+        return [HEAD.format(model=m, drafter=d) for m in self.models() for d in self.drafters_of(m)]
 
-    def outputs(self) -> list[str]:
-        return [BENCH_RUNS.format(model=self.target), BENCH_SUMMARY.format(model=self.target)]
+    def outputs(self, model: str | None = None) -> list[str]:
+        """The decoding job's outputs of `model` (default: moa.target)."""
+        model = model or self.target
+        return [BENCH_RUNS.format(model=model), BENCH_SUMMARY.format(model=model)]
 
-    def train_inputs(self, wildcards: Any = None) -> dict[str, str]:
-        return {"target": paths.MODEL.format(model=self.target),
-                "responses": paths.RESPONSES.format(model=self.target)}  # fmt: skip
+    def quality_outputs(self) -> list[str]:
+        return [QUALITY_RUNS.format(model=self.target), QUALITY_SUMMARY.format(model=self.target)]
+
+    def train_inputs(self, wildcards: Any) -> dict[str, str]:
+        return {"target": paths.MODEL.format(model=wildcards.model),
+                "responses": paths.RESPONSES.format(model=wildcards.model)}  # fmt: skip
 
     def drafter(self, wildcards: Any) -> dict[str, Any]:
         """The declaration of the drafter a training job builds."""
-        decl = self.moa["drafters"][wildcards.drafter]
+        decl = self.declarations()[wildcards.drafter]
         return {k: v for k, v in decl.items() if k != "label"}
 
-    def bench_inputs(self, wildcards: Any = None) -> dict[str, str]:
-        """The target, every head, every set's prompt file and the indexes the baselines read."""
-        inputs = {"model": paths.MODEL.format(model=self.target)}
-        for d in self.moa["drafters"]:
-            inputs[f"head_{d}"] = HEAD.format(model=self.target, drafter=d)
+    def bench_inputs(self, wildcards: Any) -> dict[str, str]:
+        """The model, every head, every set's prompt file and the indexes the baselines read."""
+        model = wildcards.model
+        inputs = {"model": paths.MODEL.format(model=model)}
+        for d in self.drafters_of(model):
+            inputs[f"head_{d}"] = HEAD.format(model=model, drafter=d)
         for name, s in self.moa["sets"].items():
             src = s["prompts"]
             held = src in self.spec.spec["heldout"]
@@ -79,23 +134,43 @@ class MoAPlan:
         needs = {n for m in self.moa["baselines"] for n in METHOD_INPUTS[m]}
         for name in sorted(needs & set(INDEX_OF)):
             corpus, fraction = INDEX_OF[name]
-            index = paths.INDEX.format(model=self.target, corpus=corpus, fraction=fraction)
+            index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
             inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
         return inputs
 
+    def indexes(self) -> set[tuple[str, str, str]]:
+        """(model, corpus, fraction) of the indexes the baselines read, per decoding job."""
+        needs = {n for m in self.moa["baselines"] for n in METHOD_INPUTS[m]} & set(INDEX_OF)
+        return {(model, *INDEX_OF[n]) for model in self.models() for n in needs}
+
+    def quality_inputs(self, wildcards: Any) -> dict[str, str]:
+        """A model's decoding runs and the prompt files of the scored sets."""
+        inputs = {"runs": BENCH_RUNS.format(model=wildcards.model),
+                  "model": paths.MODEL.format(model=wildcards.model)}  # fmt: skip
+        bench = self.bench_inputs(wildcards)
+        for name in dict.fromkeys(self.quality.values()):
+            inputs[f"prompts_{name}"] = bench[f"prompts_{name}"]
+        return inputs
+
     def sets(self, wildcards: Any = None) -> dict[str, dict[str, Any]]:
-        """{set: its declaration with `name` and the `kind` of its prompt source}."""
+        """{set: its declaration with `name` and the `kind` of its prompt source}; on the alt
+        target at most `alt.n` prompts per set."""
+        alt = wildcards is not None and self.alt and wildcards.model == self.alt["target"]
+        cap = self.alt.get("n") if alt else None
         out = {}
         for name, s in self.moa["sets"].items():
             src = s["prompts"]
             kind = "heldout" if src in self.spec.spec["heldout"] else None
             kind = kind or self.config["data"]["datasets"][src]["kind"]
-            out[name] = {**s, "name": name, "kind": kind}
+            out[name] = {**s, "name": name, "kind": kind, "n": min(s["n"], cap or s["n"])}
         return out
 
-    def bench_settings(self, wildcards: Any = None) -> dict[str, Any]:
-        m = self.moa
-        return {"drafters": list(m["drafters"]), "baselines": list(m["baselines"]),
+    def bench_settings(self, wildcards: Any) -> dict[str, Any]:
+        m, model = self.moa, wildcards.model
+        ablation = self.ablation if model == self.target else {}
+        return {"drafters": [d for d in self.drafters_of(model) if d in m["drafters"]],
+                "ablations": list(ablation.get("drafters") or {}),
+                "ablation_set": ablation.get("set"), "baselines": list(m["baselines"]),
                 "chain_k": m["chain_k"], "tree": dict(m["tree"]) if m["tree"] else None,
                 "max_new_tokens": m["max_new_tokens"], "baseline_repeats": m["baseline_repeats"],
                 "decode": dict(self.spec.spec["decode"]),
@@ -104,15 +179,26 @@ class MoAPlan:
     # ---------------------------------------------------------------- report
 
     def report_items(self) -> list[ReportItem]:
-        labels = {d: decl.get("label") or d for d, decl in self.moa["drafters"].items()}
+        labels = {d: decl.get("label") or d for d, decl in self.declarations().items()}
         params = {"labels": labels, "sets": {n: s.get("label") or n
                                              for n, s in self.moa["sets"].items()},
-                  "chain_k": self.moa["chain_k"], "tree": self.moa["tree"]}  # fmt: skip
+                  "chain_k": self.moa["chain_k"], "tree": self.moa["tree"],
+                  "ablation_set": self.ablation.get("set"), "models": self.models(),
+                  "max_new_tokens": self.moa["max_new_tokens"]}  # fmt: skip
+        runs = {"summary": [self.outputs()[1]], "runs": [self.outputs()[0]]}
+        measured = [(MEASURED, runs)]
+        if self.quality:
+            quality = {"summary": [self.quality_outputs()[1]], "runs": [self.outputs()[0]]}
+            measured.append((QUALITY, quality))
+        if self.alt:
+            alt = self.outputs(self.alt["target"])
+            measured.append((ALT, {"summary": [alt[1]], "runs": [alt[0]]}))
         items = []
-        for stem, (renderer, label) in MEASURED.items():
-            items.append(self._item(stem, f"moa:{renderer}",
-                                    {"summary": [self.outputs()[1]], "runs": [self.outputs()[0]],
-                                     "paper": [self._paper(stem)]}, params, label))  # fmt: skip
+        for group, inputs in measured:
+            for stem, (renderer, label) in group.items():
+                items.append(self._item(stem, f"moa:{renderer}",
+                                        {**inputs, "paper": [self._paper(stem)]}, params,
+                                        label))  # fmt: skip
         for stem, label in TRANSCRIBED.items():
             items.append(self._item(stem, "tables:render_paper_only",
                                     {"paper": [self._paper(stem)]}, {}, label))  # fmt: skip

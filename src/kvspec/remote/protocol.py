@@ -6,10 +6,12 @@ payload length, CRC-32 of the payload) and the payload. Payloads:
 - HELLO (client): JSON settings, then the prompt's token ids.
 - DRAFT (client): per draft-tree node 3 bytes of token id and 1 byte of position (the index
   of its parent, 255 for the root): 4M bytes for M nodes.
-- VERDICT (server): 3 bytes per accepted token (A of them: accepted drafts and the target's
-  next token), then, for drafters that read the target's activations, an (R, D) block
-  quantised to 8 bits (one byte per value plus a float32 scale per row) — gzip-compressed when
-  the flag says so (the first message: the prompt's activations).
+- VERDICT (server): 3 bytes per accepted token (A of them: the accepted path of the draft
+  and the target's next token), then the drafter's payload for the newly verified positions:
+  a list of blocks, each (R, D), quantised to 8 bits per value (one int8 per value plus a
+  float32 scale per row) or, when the session asked for `lossless`, raw float64 — the whole
+  payload gzip-compressed when the flag says so (the first message: the prompt's payload).
+  What the blocks hold per drafter is `kvspec.remote.payload`'s business.
 - BYE (client), ERROR (server: a UTF-8 reason).
 
 A frame that is truncated, carries another magic or version, or fails its CRC raises
@@ -23,6 +25,7 @@ import json
 import socket
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,36 +147,66 @@ def dequantize(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return q.astype(np.float32) * scale[:, None]
 
 
-def encode_verdict(
-    tokens: list[int], acts: np.ndarray | None = None, compress: bool = False
-) -> bytes:
-    """Accepted tokens (3 bytes each), then the optional 8-bit activation block."""
-    body = encode_tokens(tokens)
-    head = struct.pack("!H", len(tokens))
-    if acts is None:
-        return head + body + struct.pack("!BII", 0, 0, 0)
-    q, scale = quantize(acts)
-    block = scale.tobytes() + q.tobytes()
-    flag = 1 | (2 if compress else 0)
-    if compress:
-        block = gzip.compress(block, mtime=0)
-    return head + body + struct.pack("!BII", flag, *q.shape) + block
+GZIP, RAW = 1, 2  # verdict flags: payload gzip-compressed; float64 values, not 8-bit
 
 
-def decode_verdict(data: bytes) -> tuple[list[int], np.ndarray | None]:
-    (a,) = struct.unpack_from("!H", data)
-    tokens = decode_tokens(data[2 : 2 + 3 * a])
-    flag, rows, dim = struct.unpack_from("!BII", data, 2 + 3 * a)
-    if not flag & 1:
-        return tokens, None
-    block = data[2 + 3 * a + 9 :]
-    if flag & 2:
-        block = gzip.decompress(block)
-    if len(block) != rows * (4 + dim):
-        raise ProtocolError(f"activation block of {len(block)} bytes for {rows} x {dim}")
-    scale = np.frombuffer(block[: 4 * rows], dtype=np.float32)
-    q = np.frombuffer(block[4 * rows :], dtype=np.int8).reshape(rows, dim)
-    return tokens, dequantize(q, scale)
+def encode_verdict(tokens: list[int], blocks: Sequence[np.ndarray] = (), compress: bool = False,
+                   lossless: bool = False) -> bytes:  # fmt: skip
+    """Accepted tokens (3 bytes each), then the payload blocks (8-bit or raw float64)."""
+    shapes = [np.asarray(b).reshape(len(b), -1).shape for b in blocks]
+    head = struct.pack("!H", len(tokens)) + encode_tokens(tokens)
+    head += struct.pack("!BB", (GZIP if compress else 0) | (RAW if lossless else 0), len(blocks))
+    head += b"".join(struct.pack("!II", *shape) for shape in shapes)
+    data = b"".join(_encode_block(np.asarray(b).reshape(shape), lossless)
+                    for b, shape in zip(blocks, shapes, strict=True))  # fmt: skip
+    return head + (gzip.compress(data, mtime=0) if compress else data)
+
+
+def _encode_block(x: np.ndarray, lossless: bool) -> bytes:
+    if lossless:
+        return np.ascontiguousarray(x, dtype=">f8").tobytes()
+    q, scale = quantize(x)
+    return scale.astype(">f4").tobytes() + q.tobytes()
+
+
+def decode_verdict(data: bytes) -> tuple[list[int], list[np.ndarray]]:
+    """(accepted tokens, payload blocks as float arrays); ProtocolError if inconsistent."""
+    try:
+        (a,) = struct.unpack_from("!H", data)
+        tokens = decode_tokens(data[2 : 2 + 3 * a])
+        at = 2 + 3 * a
+        flag, n = struct.unpack_from("!BB", data, at)
+        shapes = [struct.unpack_from("!II", data, at + 2 + 8 * i) for i in range(n)]
+    except struct.error as err:
+        raise ProtocolError(f"malformed VERDICT header: {err}") from err
+    body = data[at + 2 + 8 * n :]
+    if flag & GZIP:
+        try:
+            body = gzip.decompress(body)
+        except (OSError, EOFError, zlib.error) as err:
+            raise ProtocolError(f"VERDICT payload does not decompress: {err}") from err
+    sizes = [r * d * 8 if flag & RAW else r * (4 + d) for r, d in shapes]
+    if len(body) != sum(sizes):
+        raise ProtocolError(f"payload of {len(body)} bytes for blocks {shapes}")
+    blocks, at = [], 0
+    for (rows, dim), size in zip(shapes, sizes, strict=True):
+        blocks.append(_decode_block(body[at : at + size], rows, dim, bool(flag & RAW)))
+        at += size
+    return tokens, blocks
+
+
+def _decode_block(data: bytes, rows: int, dim: int, raw: bool) -> np.ndarray:
+    if raw:
+        return np.frombuffer(data, dtype=">f8").astype(np.float64).reshape(rows, dim)
+    scale = np.frombuffer(data[: 4 * rows], dtype=">f4").astype(np.float32)
+    q = np.frombuffer(data[4 * rows :], dtype=np.int8).reshape(rows, dim)
+    return dequantize(q, scale)
+
+
+def verdict_overhead(rows: Sequence[int]) -> int:
+    """Bytes of an uncompressed 8-bit VERDICT frame that Table 7 does not count: the frame
+    header, the token count, flag and block count, each block's shape and its row scales."""
+    return HEADER.size + 2 + 2 + 8 * len(rows) + 4 * sum(rows)
 
 
 def table7_bytes(drafter: str, *, m: int = 0, a: int = 0, hidden: int = 0, kv: int = 0,

@@ -1,10 +1,11 @@
 """The server of client-server speculative decoding: it holds the target, verifies the client's
-drafts greedily and answers with the accepted tokens and, for feature drafters, the target's
-activations of the positions it kept.
+draft (a chain or an EAGLE-2 tree) greedily and answers with the accepted path, the target's
+next token and the drafter's payload for the newly verified positions (`payload`).
 
-`python -m kvspec.remote.server --target DIR --port-file F` listens on 127.0.0.1 (a free
-port, written to F when ready) and serves sessions one after another; replies cross the
-emulated link of `--profile`.
+`python -m kvspec.remote.server --target DIR --port-file F [--head NAME=PT ...]` listens on
+127.0.0.1 (a free port, written to F when ready) and serves sessions one after another;
+replies cross the emulated link the client names in its HELLO (default `--profile`). MoA
+sessions name a head given with `--head`: the server runs its LSA (the client holds the rest).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import contextlib
 import logging
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,62 +22,99 @@ import torch
 
 from kvspec.remote import protocol as p
 from kvspec.remote.link import PROFILES, ShapedSocket
+from kvspec.remote.payload import KINDS, server_blocks
 
 log = logging.getLogger(__name__)
-DRAFTERS = ("independent", "eagle")  # what the server sends back: tokens, or + features
 
 
 class Session:
     """One generation: the target's cache holds the committed sequence but its last token."""
 
-    def __init__(self, target: torch.nn.Module, prompt: list[int], drafter: str) -> None:
+    def __init__(self, target: torch.nn.Module, prompt: list[int], settings: Mapping[str, Any],
+                 heads: Mapping[str, torch.nn.Module]) -> None:  # fmt: skip
         from kvspec.spec.decode import _prefill
         from kvspec.spec.eagle import FeatureTap
 
-        if drafter not in DRAFTERS:
-            raise p.ProtocolError(f"drafter kind must be one of {DRAFTERS}, not {drafter!r}")
-        self.target, self.drafter = target, drafter
-        self.tap = FeatureTap(target) if drafter == "eagle" else None
+        self.kind = settings.get("drafter", "independent")
+        if self.kind not in KINDS:
+            raise p.ProtocolError(f"drafter kind must be one of {KINDS}, not {self.kind!r}")
+        self.head = heads.get(settings.get("head") or "") if self.kind == "moa" else None
+        if self.kind == "moa" and self.head is None:
+            raise p.ProtocolError(f"no MoA head {settings.get('head')!r} on this server "
+                                  f"(it holds {sorted(heads)})")  # fmt: skip
+        self.lossless = bool(settings.get("lossless", False))
+        self.target = target
+        wants = self.kind == "eagle" or (self.head is not None and self.head.lsa is None)
+        self.tap = FeatureTap(target) if wants else None
         self.seq = list(prompt)
         with torch.inference_mode(), self._tapped():
             self.cache = _prefill(target, self.seq)
-        self.first = self._features(len(self.seq) - 1) if len(self.seq) > 1 else None
+            n = len(self.seq) - 1
+            self.first = self._blocks(self.tap.last if self.tap and n else None, 0, n)
 
     def _tapped(self) -> Any:
         return self.tap if self.tap is not None else contextlib.nullcontext()
 
-    def _features(self, n: int) -> Any:
-        """The last forward's features of its first n positions (feature drafters).  # (n, H)"""
-        return None if self.tap is None else self.tap.last[:n].float().numpy()
+    def _blocks(self, features: torch.Tensor | None, start: int, end: int) -> list[Any]:
+        return server_blocks(self.kind, self.head, self.cache, features, start, end)
 
     @torch.inference_mode()
-    def verify(self, drafts: list[int]) -> tuple[list[int], Any]:
-        """Accepted drafts + the target's next token, and the features of the positions kept."""
+    def verify(self, tokens: list[int], parents: list[int]) -> tuple[list[int], list[Any]]:
+        """The accepted path + the target's next token, and the payload of the positions kept
+        (the old last token and the path)."""
+        start = len(self.seq) - 1
+        with self._tapped():
+            path, nxt = self._verify(tokens, parents)
+        accepted = [*(tokens[i] for i in path), nxt]
+        self.seq += accepted
+        rows = [0, *(1 + i for i in path)]
+        features = self.tap.last[rows] if self.tap is not None else None
+        return accepted, self._blocks(features, start, start + len(accepted))
+
+    def _verify(self, tokens: list[int], parents: list[int]) -> tuple[list[int], int]:
+        """Chains as the local loop verifies them (one causal forward), trees with a tree
+        mask; the cache keeps the prefix, the root and the accepted path."""
         from kvspec.spec.decode import _forward
         from kvspec.spec.drafters import crop_to
+        from kvspec.spec.tree import (
+            ROOT,
+            DraftTree,
+            keep_positions,
+            tree_logits,
+            verify_tree_greedy,
+        )
         from kvspec.spec.verify import verify_greedy
 
-        with self._tapped():
-            logits = _forward(self.target, self.cache, [self.seq[-1], *drafts])
-        n_acc, nxt = verify_greedy(logits, drafts)
-        crop_to(self.cache, len(self.seq) + n_acc)
-        accepted = [*drafts[:n_acc], nxt]
-        self.seq += accepted
-        return accepted, self._features(n_acc + 1)
+        if parents == p.chain_parents(len(tokens)):
+            n_acc, nxt = verify_greedy(_forward(self.target, self.cache, [self.seq[-1], *tokens]),
+                                       tokens)  # fmt: skip
+            crop_to(self.cache, len(self.seq) + n_acc)
+            return list(range(n_acc)), nxt
+        tree = DraftTree(tokens, [ROOT if q == p.ROOT else q for q in parents],
+                         [0.0] * len(tokens))  # fmt: skip
+        past = self.cache.get_seq_length()
+        path, nxt = verify_tree_greedy(tree_logits(self.target, self.cache, self.seq[-1], tree),
+                                       tree)  # fmt: skip
+        if len(path) < len(tokens):
+            keep_positions(self.cache, [*range(past + 1), *(past + 1 + i for i in path)])
+        return path, nxt
 
 
 def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int,
-           timeout_s: float) -> None:  # fmt: skip
+           timeout_s: float,
+           heads: Mapping[str, torch.nn.Module] | None = None) -> None:  # fmt: skip
     """Serve one client until BYE or until the connection ends."""
     conn.settimeout(timeout_s)
-    link = ShapedSocket(conn, PROFILES[profile], seed)
     frame = p.read_frame(conn)
     if frame.kind != p.HELLO:
         raise p.ProtocolError(f"expected HELLO, got {p.KINDS[frame.kind]}")
     settings, prompt = p.decode_hello(frame.payload)
-    session = Session(target, prompt, settings.get("drafter", "independent"))
+    link = ShapedSocket(conn, PROFILES[settings.get("profile", profile)],
+                        int(settings.get("seed", seed)) + 1)  # fmt: skip
+    session = Session(target, prompt, settings, heads or {})
     seq = 0
-    link.sendall(p.pack(p.VERDICT, seq, p.encode_verdict([], session.first, compress=True)))
+    link.sendall(p.pack(p.VERDICT, seq, p.encode_verdict([], session.first, compress=True,
+                                                         lossless=session.lossless)))  # fmt: skip
     while True:
         try:
             frame = p.read_frame(conn)
@@ -85,23 +124,22 @@ def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int
             return
         if frame.kind != p.DRAFT:
             raise p.ProtocolError(f"expected DRAFT or BYE, got {p.KINDS[frame.kind]}")
-        tokens, parents = p.decode_draft(frame.payload)
-        if parents != p.chain_parents(len(tokens)):
-            raise p.ProtocolError("this server verifies chains only (each node's parent is "
-                                  "the node before it)")  # fmt: skip
-        accepted, feats = session.verify(tokens)
+        accepted, blocks = session.verify(*p.decode_draft(frame.payload))
         seq += 1
-        link.sendall(p.pack(p.VERDICT, seq, p.encode_verdict(accepted, feats)))
+        reply = p.encode_verdict(accepted, blocks, lossless=session.lossless)
+        link.sendall(p.pack(p.VERDICT, seq, reply))
 
 
 def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
-          timeout_s: float = 60.0, sessions: int | None = None,
-          dtype: str = "float32") -> None:  # fmt: skip
+          timeout_s: float = 60.0, sessions: int | None = None, dtype: str = "float32",
+          heads: Mapping[str, str] | None = None) -> None:  # fmt: skip
     from transformers import AutoModelForCausalLM
 
     from kvspec.io import write_text
+    from kvspec.spec.neural import load_head
 
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=getattr(torch, dtype)).eval()
+    loaded = {name: load_head(path, target)[0] for name, path in (heads or {}).items()}
     with socket.create_server(("127.0.0.1", 0)) as server:
         write_text(port_file, str(server.getsockname()[1]))
         served = 0
@@ -109,8 +147,8 @@ def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
             conn, _ = server.accept()
             with conn:
                 try:
-                    handle(conn, target, profile, seed + served, timeout_s)
-                except (p.ProtocolError, OSError) as err:
+                    handle(conn, target, profile, seed + served, timeout_s, loaded)
+                except Exception as err:  # noqa: BLE001 - a bad session must not end the server
                     log.warning("session %d ended: %s", served, err)
                     _try_error(conn, str(err))
             served += 1
@@ -131,6 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sessions", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
+    ap.add_argument(
+        "--head",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a trained MoA head (results/moa/<model>/heads/<name>.pt)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.INFO)
@@ -142,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
         args.timeout,
         args.sessions,
         args.dtype,
+        dict(h.split("=", 1) for h in args.head),
     )
     Path(args.port_file).unlink(missing_ok=True)
 

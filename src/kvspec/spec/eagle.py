@@ -32,6 +32,7 @@ from kvspec.spec.tree import (
     additive_mask,
     causal_mask,
     grow_tree,
+    layer_rope,
     tree_rows,
     tree_shape,
 )
@@ -56,15 +57,21 @@ class FeatureTap:
 
 
 class EagleHead(nn.Module):
-    """fc [f ; e(y)] -> H, then one decoder layer of the target's architecture."""
+    """fc [f ; e(y)] -> H, then `layers` decoder layers of the target's architecture (MLP
+    width `intermediate`, default the target's): one layer of the target's shape is EAGLE;
+    Table 5's "more params" widens it, "more layers" stacks narrower ones."""
 
-    def __init__(self, target: nn.Module) -> None:
+    def __init__(self, target: nn.Module, layers: int = 1, intermediate: int | None = None) -> None:
         super().__init__()
+        if layers < 1:
+            raise ValueError(f"an EAGLE head needs at least one decoder layer, not {layers}")
         config = copy.deepcopy(target.config)
+        config.intermediate_size = intermediate or config.intermediate_size
         hidden = config.hidden_size
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         layer_cls = type(target.get_decoder().layers[0])
         self.layer = layer_cls(config, layer_idx=0)
+        self.more = nn.ModuleList(layer_cls(config, layer_idx=i) for i in range(1, layers))
         self.rotary = copy.deepcopy(target.get_decoder().rotary_emb)
         self.to(dtype=next(target.parameters()).dtype)
 
@@ -81,10 +88,13 @@ class EagleHead(nn.Module):
         if mask is None:
             past = cache.get_seq_length() if cache is not None else 0
             mask = causal_mask(past, hidden.shape[1], hidden.dtype).to(hidden.device)
-        embeddings = self.rotary(hidden, position_ids=positions)
-        return self.layer(hidden, attention_mask=mask, position_ids=positions,
-                          past_key_values=cache, use_cache=cache is not None,
-                          position_embeddings=embeddings)  # fmt: skip
+        layers = [self.layer, *self.more]
+        for layer, rope in zip(layers, layer_rope(self.rotary, hidden, positions, layers),
+                               strict=True):  # fmt: skip
+            hidden = layer(hidden, attention_mask=mask, position_ids=positions,
+                           past_key_values=cache, use_cache=cache is not None,
+                           position_embeddings=rope)  # fmt: skip
+        return hidden
 
 
 def eagle_loss(

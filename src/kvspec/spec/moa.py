@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaConfig
+from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import (
     LlamaDecoderLayer,
     LlamaMLP,
@@ -51,19 +51,28 @@ from kvspec.spec.tree import (
     additive_mask,
     causal_mask,
     grow_tree,
+    layer_rope,
+    sliding_window,
     tree_rows,
     tree_shape,
 )
 
+STATES = ("lsa", "kv_mean", "o")
+
 
 @dataclass(frozen=True)
 class MoASize:
-    """Widths of the drafter's three layers (heads of 64 dims unless the width is smaller)."""
+    """Widths of the drafter's three layers (heads of 64 dims unless the width is smaller)
+    and what CA reads (`state`): "lsa" (the architecture), or one of Table 5's ablations —
+    "kv_mean" ("-LSA": every layer's K/V averaged over layers and mapped linearly, no
+    attention over layers) and "o" ("-LSA, o_1…o_t inputs": the target's last-layer
+    features, the vectors EAGLE reads, as CA's keys and values)."""
 
     lsa_intermediate: int = 768
     sa_intermediate: int = 768
     ca_intermediate: int = 1536
     tli: int = 0
+    state: str = "lsa"
 
 
 def llama_layer_config(hidden: int, intermediate: int, kv_heads: int, positions: int,
@@ -87,7 +96,12 @@ def layer_kv(cache: Any, start: int, end: int) -> torch.Tensor:
     [k_h ‖ v_h] side by side.  # (B, T, L, 2·E_kv)"""
     per_layer = []
     for layer in cache.layers:
-        k, v = layer.keys[:, :, start:end], layer.values[:, :, start:end]  # (B, h_kv, T, d)
+        first = layer.get_seq_length() - layer.keys.shape[-2]  # > 0: a window dropped these
+        if start < first:
+            raise ValueError(f"a sliding-window cache layer no longer holds position {start}: "
+                             "read the K/V from a full cache (DynamicCache())")  # fmt: skip
+        span = slice(start - first, end - first)
+        k, v = layer.keys[:, :, span], layer.values[:, :, span]  # (B, h_kv, T, d)
         kv = torch.cat([k, v], dim=-1).permute(0, 2, 1, 3)  # (B, T, h_kv, 2d)
         per_layer.append(kv.reshape(*kv.shape[:2], -1))
     return torch.stack(per_layer, dim=2)
@@ -113,6 +127,18 @@ class LayerSelfAttention(nn.Module):
         x = self.layer(x, attention_mask=full, position_ids=positions,
                        position_embeddings=self.rotary(x, position_ids=positions))  # fmt: skip
         return self.out(x.mean(dim=1)).reshape(b, t, -1)
+
+
+class LayerMean(nn.Module):
+    """Table 5's "-LSA": the mean of each token's per-layer K/V, mapped linearly."""
+
+    def __init__(self, width: int, out: int) -> None:
+        super().__init__()
+        self.out = nn.Linear(width, out, bias=True)
+
+    def forward(self, kv: torch.Tensor) -> torch.Tensor:
+        """(B, T, L, 2·E_kv) -> (B, T, hidden)."""
+        return self.out(kv.mean(dim=2))
 
 
 class CrossAttention(nn.Module):
@@ -165,9 +191,16 @@ class MoAHead(nn.Module):
         width = 2 * tc.num_key_value_heads * head_dim
         if not 0 <= size.tli < tc.num_hidden_layers:
             raise ValueError(f"tli must lie in [0, {tc.num_hidden_layers - 1}], not {size.tli}")
+        _check_tli(tc, size.tli)
+        if size.state not in STATES:
+            raise ValueError(f"state must be one of {STATES}, not {size.state!r}")
         self.size = size
-        self.lsa = LayerSelfAttention(tc.num_hidden_layers, width, tc.num_key_value_heads,
-                                      size.lsa_intermediate, hidden, eps)  # fmt: skip
+        self.lsa: nn.Module | None = None  # state "o": CA reads the features as they are
+        if size.state == "lsa":
+            self.lsa = LayerSelfAttention(tc.num_hidden_layers, width, tc.num_key_value_heads,
+                                          size.lsa_intermediate, hidden, eps)  # fmt: skip
+        elif size.state == "kv_mean":
+            self.lsa = LayerMean(width, hidden)
         theta = rope_theta(tc)
         sa = llama_layer_config(hidden, size.sa_intermediate, tc.num_key_value_heads,
                      tc.max_position_embeddings, eps, theta)  # fmt: skip
@@ -189,9 +222,33 @@ class MoAHead(nn.Module):
                        past_key_values=cache, use_cache=cache is not None,
                        position_embeddings=rope)  # fmt: skip
 
+    def memory(self, kv: torch.Tensor | None, features: torch.Tensor | None) -> torch.Tensor:
+        """CA's keys/values source per verified position from the target's K/V (B, T, L,
+        2·E_kv) or, for state "o", its features (B, T, H).  # (B, T, H)"""
+        if self.lsa is None:
+            if features is None:
+                raise ValueError("a MoA head of state 'o' reads the target's features")
+            return features
+        if kv is None:
+            raise ValueError(f"a MoA head of state {self.size.state!r} reads the target's K/V")
+        return self.lsa(kv)
+
+
+def _check_tli(config: Any, tli: int) -> None:
+    """TLI reuses the target's last `tli` layers with full attention: none may slide."""
+    types = list(getattr(config, "layer_types", None) or [])
+    last = types[len(types) - tli :] if tli else []
+    if sliding_window(config) and "sliding_attention" in last:
+        raise ValueError(f"tli = {tli} would reuse sliding-window target layers ({last}): "
+                         "TLI reuses full-attention layers only")  # fmt: skip
+
 
 def rope_theta(config: Any) -> float:
+    """The target's RoPE base; with one base per layer type (Gemma-3), its full-attention
+    layers' (the one for long distances)."""
     params = getattr(config, "rope_parameters", None) or {}
+    if "rope_theta" not in params and isinstance(params.get("full_attention"), dict):
+        params = params["full_attention"]
     return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
 
@@ -207,15 +264,16 @@ def verification(n: int, prompt: int, period: int) -> tuple[torch.Tensor, torch.
     return torch.tensor(verified), torch.tensor(bound)
 
 
-def moa_forward(head: MoAHead, target: nn.Module, tokens: torch.Tensor, kv: torch.Tensor,
-                bound: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def moa_forward(head: MoAHead, target: nn.Module, tokens: torch.Tensor,
+                kv: torch.Tensor | None, bound: torch.Tensor,
+                features: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """Teacher-forced predictions of the target's activation entering layer L - TLI, for every
-    position: tokens (1, T), the target's K/V (1, T, L, 2·E_kv), `bound` (T,) from
-    `verification`.  # (1, T, H)"""
+    position: tokens (1, T), the target's K/V (1, T, L, 2·E_kv) or features (1, T, H) (state
+    "o"), `bound` (T,) from `verification`.  # (1, T, H)"""
     t = tokens.shape[1]
     positions = torch.arange(t, device=tokens.device)[None]
     q = head.queries(target.get_input_embeddings()(tokens), positions)
-    lsa = head.lsa(kv)  # (1, T, H)
+    lsa = head.memory(kv, features)  # (1, T, H)
     j = torch.arange(t, device=tokens.device)
     allowed = j[None, :] <= bound[:, None]  # (T, T)
     allowed[bound < 0, 0] = True  # position 0 has nothing before it: it sees itself (unused)
@@ -224,17 +282,23 @@ def moa_forward(head: MoAHead, target: nn.Module, tokens: torch.Tensor, kv: torc
 
 def finish(target: nn.Module, tli: int, pred: torch.Tensor, positions: torch.Tensor,
            cache: Any = None, mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """The target's last `tli` decoder layers and final norm on `pred` (TLI = 0: as is)."""
+    """The target's last `tli` decoder layers and final norm on `pred` (TLI = 0: as is);
+    full-attention layers only (`mask` would need a window for sliding ones)."""
     if tli == 0:
         return pred
     decoder = target.get_decoder()
+    layers = decoder.layers[len(decoder.layers) - tli :]
+    types = (getattr(target.config, "layer_types", None) or [None] * len(decoder.layers))[-tli:]
+    if sliding_window(target.config) is not None and any(t != "full_attention" for t in types):
+        raise ValueError(f"TLI = {tli} would run sliding-window layers of the target "
+                         f"({types}); only full-attention layers are supported")  # fmt: skip
     if mask is None:
         past = cache.get_seq_length() if cache is not None else 0
         mask = causal_mask(past, pred.shape[1], pred.dtype).to(pred.device)
-    embeddings = decoder.rotary_emb(pred, position_ids=positions)
-    for layer in decoder.layers[len(decoder.layers) - tli :]:
+    for layer, rope in zip(layers, layer_rope(decoder.rotary_emb, pred, positions, layers),
+                           strict=True):  # fmt: skip
         pred = layer(pred, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                     use_cache=cache is not None, position_embeddings=embeddings)  # fmt: skip
+                     use_cache=cache is not None, position_embeddings=rope)  # fmt: skip
     return decoder.norm(pred)
 
 
@@ -247,13 +311,15 @@ def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
     `first`.. (each predicts its own final activation, i.e. the next token)."""
     tli = head.size.tli
     with torch.no_grad():
-        out = target(input_ids=tokens, use_cache=True, output_hidden_states=True)
+        # a config-free cache keeps every position (sliding windows apply through the masks)
+        out = target(input_ids=tokens, past_key_values=DynamicCache(), use_cache=True,
+                     output_hidden_states=True)  # fmt: skip
         kv = layer_kv(out.past_key_values, 0, tokens.shape[1])
         truth = out.hidden_states[-1 - tli]  # (1, T, H)
         final = out.hidden_states[-1]
         p_target = torch.softmax(target.get_output_embeddings()(final).float(), -1)
     verified, bound = verification(tokens.shape[1], first, rng.randint(*periods))
-    pred = moa_forward(head, target, tokens, kv, bound)
+    pred = moa_forward(head, target, tokens, kv, bound, final)
     rows = torch.arange(tokens.shape[1]) >= max(first, 1)
     if tli:  # verified positions enter the last layers as the target's own activations
         rows &= ~verified
@@ -277,10 +343,19 @@ class MoADrafter:
     def __init__(self, head: MoAHead, target: nn.Module) -> None:
         self.head, self.target = head.eval(), target
         self.tli = head.size.tli
-        self.lsa = torch.zeros(1, 0, target.config.hidden_size)  # LSA vectors, verified
+        dtype = next(target.parameters()).dtype
+        self.lsa = torch.zeros(1, 0, target.config.hidden_size, dtype=dtype)  # CA's, verified
         self.cache: Any = None  # the target's cache (observe_cache)
+        self.features: list[torch.Tensor] = []  # state "o": features of committed positions
         self.sa_cache: Any = None
         self.sa_tokens: list[int] = []  # tokens in the SA cache
+
+    def observe(self, features: torch.Tensor, start: int) -> None:
+        """The target's features (m, H) of positions start .. start + m - 1 (kept for state
+        "o" only; the loop calls this before `observe_cache`)."""
+        if self.head.size.state == "o":
+            del self.features[start:]
+            self.features += list(features)
 
     def observe_cache(self, cache: Any) -> None:
         """The target's cache after a verification: positions [0, n) are verified."""
@@ -288,8 +363,14 @@ class MoADrafter:
         n, have = cache.get_seq_length(), self.lsa.shape[1]
         keep = min(have, n)
         with torch.inference_mode():
-            new = self.head.lsa(layer_kv(cache, keep, n)) if n > keep else self.lsa[:, :0]
+            new = self._memory(keep, n) if n > keep else self.lsa[:, :0]
         self.lsa = torch.cat([self.lsa[:, :keep], new.to(self.lsa.dtype)], dim=1)
+
+    def _memory(self, start: int, end: int) -> torch.Tensor:
+        """CA's vectors of the verified positions [start, end).  # (1, end - start, H)"""
+        if self.head.size.state == "o":
+            return torch.stack(self.features[start:end])[None]
+        return self.head.memory(layer_kv(self.cache, start, end), None)
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int) -> Draft:
@@ -315,8 +396,6 @@ class MoADrafter:
 
     def _sync(self, context: list[int]) -> torch.Tensor:
         """Feed SA the context tokens its cache lacks; the last one's query.  # (1, 1, H)"""
-        from transformers import DynamicCache
-
         from kvspec.spec.drafters import _common_prefix, crop_to
 
         n = len(context) - 1

@@ -24,7 +24,7 @@ from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
 KINDS = ("moa", "eagle", "independent")
-MOA_SIZES = ("lsa_intermediate", "sa_intermediate", "ca_intermediate", "tli")
+MOA_SIZES = ("lsa_intermediate", "sa_intermediate", "ca_intermediate", "tli", "state")
 
 
 def build_head(target: nn.Module, drafter: Mapping[str, Any]) -> nn.Module:
@@ -37,7 +37,7 @@ def build_head(target: nn.Module, drafter: Mapping[str, Any]) -> nn.Module:
     if kind == "eagle":
         from kvspec.spec.eagle import EagleHead
 
-        return EagleHead(target)
+        return EagleHead(target, drafter.get("layers", 1), drafter.get("intermediate"))
     if kind == "independent":
         from kvspec.spec.independent import IndependentHead
 
@@ -171,6 +171,8 @@ def neural_bench_stage(
     *,
     model: str,
     drafters: Sequence[str],
+    ablations: Sequence[str],
+    ablation_set: str | None,
     sets: Mapping[str, Mapping[str, Any]],
     baselines: Sequence[str],
     decode: Mapping[str, Any],
@@ -185,7 +187,8 @@ def neural_bench_stage(
     threads: int,
 ) -> None:
     """Greedy, the `baselines` (speed-benchmark methods) and every head's chain/tree method on
-    every prompt set (`inputs`: `model`, `head_<drafter>`, `prompts_<set>`, indexes)."""
+    every prompt set, and the `ablations` heads' chain methods on `ablation_set` (`inputs`:
+    `model`, `head_<drafter>`, `prompts_<set>`, indexes)."""
     from kvspec.data.records import read_jsonl
     from kvspec.models.load import load_model, use_threads
     from kvspec.spec.bench import (
@@ -206,13 +209,18 @@ def neural_bench_stage(
     setup = Setup.from_decode(target, stop_ids(target, tokenizer), max_new_tokens, decode,
                               seed=seed, engines=open_engines(indexes, max_support))  # fmt: skip
     heads = {name: load_head(inputs[f"head_{name}"], target) for name in drafters}
+    extra = {name: load_head(inputs[f"head_{name}"], target) for name in ablations}
     methods = {**benchmark_methods(setup, ["greedy", *baselines], ["greedy"]),
                **neural_methods(setup, heads, chain_k, tree)}  # fmt: skip
+    ablation_methods = neural_methods(setup, extra, chain_k, None)
     records, summaries = [], []
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
+        chosen = {**methods, **(ablation_methods if name == ablation_set else {})}
+        for fn in ablation_methods.values() if records and name == ablation_set else ():
+            fn(prompts[0][1])  # warm-up of the heads that join on this set only
         recs = run_benchmark(
-            methods, prompts, 1, baseline_repeats=baseline_repeats, warmup=not records
+            chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=not records
         )  # every method warmed up once, on the first set
         mark_divergence(target, recs, prompts)
         records += [{**r, "set": name} for r in recs]
@@ -220,9 +228,10 @@ def neural_bench_stage(
         summary.insert(0, "set", name)
         summaries.append(summary)
         log.info("%s\n%s", name, summary.to_string())
-    meta = {"model": model, "drafters": list(drafters), "chain_k": chain_k,
+    meta = {"model": model, "drafters": list(drafters), "ablations": list(ablations),
+            "ablation_set": ablation_set, "chain_k": chain_k,
             "sets": {k: dict(v) for k, v in sets.items()}, "tree": dict(tree or {}),
             "baselines": list(baselines)}  # fmt: skip
-    sizes = {name: head_stats(inputs[f"head_{name}"]) for name in drafters}  # for the report
+    sizes = {n: head_stats(inputs[f"head_{n}"]) for n in [*drafters, *ablations]}  # the report
     write_json(out_runs, {"records": records, "heads": sizes, "provenance": provenance(meta)})
     write_text(out_summary, pd.concat(summaries, ignore_index=True).to_csv(index=False))

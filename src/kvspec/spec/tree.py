@@ -78,12 +78,71 @@ def additive_mask(
 ) -> torch.Tensor:
     """A (1, 1, q, past + q) additive mask: row i sees positions [0, prefix) (default: the
     whole cache) and `visible[i]` (absolute key positions), nothing else."""
+    return bool_to_additive(visible_slots(visible, past, prefix), dtype)
+
+
+def visible_slots(
+    visible: Sequence[Sequence[int]], past: int, prefix: int | None = None
+) -> torch.Tensor:
+    """`additive_mask`'s pattern as booleans (True = seen).  # (q, past + q)"""
     q = len(visible)
     allowed = torch.zeros(q, past + q, dtype=torch.bool)
     allowed[:, : past if prefix is None else prefix] = True
     for i, cols in enumerate(visible):
         allowed[i, list(cols)] = True
-    return bool_to_additive(allowed, dtype)
+    return allowed
+
+
+def sliding_window(config: Any) -> int | None:
+    """The window of a model whose layers (some or all) attend only to the last
+    `sliding_window` positions (Gemma-2/3, Mistral, ...); None when every layer sees all."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if window is None or (types is not None and "sliding_attention" not in types):
+        return None
+    return int(window)
+
+
+def model_mask(
+    config: Any,
+    allowed: torch.Tensor,
+    query_pos: Sequence[int],
+    key_pos: Sequence[int],
+    dtype: torch.dtype,
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The additive mask(s) a model reads for queries at `query_pos` over cache slots holding
+    positions `key_pos` (`allowed` (q, kv): the pattern without a window). Sliding-window layers
+    also lose keys `sliding_window` or more positions behind the query (HF's rule, as plain
+    decoding over a full cache); a model with both layer types gets one mask per type."""
+    window = sliding_window(config)
+    if window is None:
+        return bool_to_additive(allowed, dtype)
+    gap = torch.tensor(list(query_pos))[:, None] - torch.tensor(list(key_pos))[None, :]
+    windowed = bool_to_additive(allowed & (gap < window), dtype)
+    types = getattr(config, "layer_types", None)
+    if types is None:  # every layer slides (Mistral): one mask
+        return windowed
+    full = bool_to_additive(allowed, dtype)
+    return {t: windowed if t == "sliding_attention" else full for t in set(types)}
+
+
+def _to(mask: torch.Tensor | dict[str, torch.Tensor], device: Any) -> Any:
+    if isinstance(mask, dict):
+        return {t: m.to(device) for t, m in mask.items()}
+    return mask.to(device)
+
+
+def layer_rope(rotary: Any, x: torch.Tensor, positions: torch.Tensor,
+               layers: Sequence[torch.nn.Module]) -> list[Any]:  # fmt: skip
+    """Each decoder layer's rotary (cos, sin) at `positions`: models whose layer types rotate
+    differently (Gemma-3: one RoPE base for sliding, another for full attention) take the
+    layer's type; the others one table for all."""
+    types = [getattr(getattr(layer, "self_attn", None), "layer_type", None) for layer in layers]
+    if not hasattr(rotary, "layer_types"):  # one RoPE for every layer
+        rope = rotary(x, position_ids=positions)
+        return [rope] * len(layers)
+    tables = {t: rotary(x, positions, t) for t in set(types)}
+    return [tables[t] for t in types]
 
 
 def causal_mask(past: int, q: int, dtype: torch.dtype) -> torch.Tensor:
@@ -98,17 +157,32 @@ def bool_to_additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def keep_positions(cache: Any, index: Sequence[int]) -> None:
-    """Keep the cache positions `index` (in this order) of every layer of a DynamicCache."""
-    from transformers.cache_utils import DynamicLayer
-
+    """Keep the cache positions `index` (in this order) of every layer of a DynamicCache (a
+    sliding-window layer only while it still holds every position)."""
     idx = torch.tensor(list(index), dtype=torch.long)
     for layer in cache.layers:
-        if type(layer) is not DynamicLayer:  # e.g. a sliding-window layer drops old positions
-            raise TypeError(
-                f"tree decoding needs full dynamic cache layers, not {type(layer).__name__}"
-            )
+        _check_full(layer)
         layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
         layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
+        if hasattr(layer, "cumulative_length"):
+            layer.cumulative_length = len(idx)
+
+
+def _check_full(layer: Any, more: int = 0) -> None:
+    """Refuse a cache layer that does not (or, after `more` positions, would not) hold every
+    position it was fed: tree decoding drops rejected nodes from the middle of it."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    if type(layer) is DynamicLayer:
+        return
+    if type(layer) is not DynamicSlidingWindowLayer:
+        raise TypeError(f"tree decoding needs dynamic cache layers, not {type(layer).__name__}")
+    if layer.get_seq_length() + more > layer.sliding_window - 1:
+        raise ValueError(
+            f"a sliding-window cache layer keeps only its last {layer.sliding_window - 1} "
+            f"positions; tree decoding past them needs a full cache: DynamicCache() without a "
+            f"config (the window is then applied by the attention masks)"
+        )
 
 
 def tree_logits(model: torch.nn.Module, cache: Any, root: int, tree: DraftTree) -> torch.Tensor:
@@ -117,16 +191,20 @@ def tree_logits(model: torch.nn.Module, cache: Any, root: int, tree: DraftTree) 
     if not tree.tokens:
         return _forward(model, cache, [root])
     past = cache.get_seq_length()
-    depths = [0, *tree.depths()]
+    for layer in cache.layers:
+        _check_full(layer, len(tree.tokens) + 1)
+    positions = [past + d for d in [0, *tree.depths()]]
     rows = [[past]] + [
         [past, *(past + 1 + a for a in tree.path(i))] for i in range(len(tree.tokens))
     ]
     dtype = next(model.parameters()).dtype
     device = next(model.parameters()).device
+    mask = model_mask(model.config, visible_slots(rows, past), positions,
+                      [*range(past), *positions], dtype)  # fmt: skip
     out = model(
         input_ids=torch.tensor([[root, *tree.tokens]], device=device),  # (1, n + 1)
-        attention_mask=additive_mask(rows, past, dtype).to(device),
-        position_ids=torch.tensor([[past + d for d in depths]], device=device),
+        attention_mask=_to(mask, device),
+        position_ids=torch.tensor([positions], device=device),
         past_key_values=cache,
         use_cache=True,
     )
@@ -198,11 +276,16 @@ class ModelTreeDrafter(DraftModelDrafter):
         rows = tree_rows(tree, nodes, fed, past)
         depths = tree.depths()
         device = self.model.device
-        mask = additive_mask(rows, past, next(self.model.parameters()).dtype, prefix=base)
+        slot_pos = list(range(past + len(nodes)))  # the context, then fed nodes at their depth
+        for node, slot in fed.items():
+            slot_pos[slot] = base - 1 + depths[node]
+        positions = [base - 1 + depths[n] for n in nodes]
+        mask = model_mask(getattr(self.model, "config", None), visible_slots(rows, past, base),
+                          positions, slot_pos, next(self.model.parameters()).dtype)  # fmt: skip
         out = self.model(
             input_ids=torch.tensor([[tree.tokens[n] for n in nodes]], device=device),
-            attention_mask=mask.to(device),
-            position_ids=torch.tensor([[base - 1 + depths[n] for n in nodes]], device=device),
+            attention_mask=_to(mask, device),
+            position_ids=torch.tensor([positions], device=device),
             past_key_values=self.cache,
             use_cache=True,
         )

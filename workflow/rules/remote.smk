@@ -1,0 +1,29 @@
+# Stage remote (document 002, Tables 3, 4, 7): each trained head of the moa stage on a client,
+# its target on a real server process, over TCP on the loopback through the emulated 5G / 4G
+# links (shaped in the transport); HumanEval answers with EAGLE-2 trees, then the link cut
+# after B new tokens and the client finishing alone. One job per head.
+
+
+if PLAN.remote:
+
+    rule remote_run:
+        input:
+            unpack(PLAN.remote.run_inputs),
+        output:
+            "results/remote/{model}/{drafter}.json",
+        log:
+            "logs/remote/{model}/{drafter}.log",
+        benchmark:
+            "benchmarks/remote/{model}/{drafter}.tsv"
+        conda:
+            env_path("evaluation")
+        threads: 2  # the client and the server process, one thread each
+        resources:
+            mem_mb=8000,
+            runtime=120,
+        params:
+            settings=PLAN.remote.settings,
+            dtype=config["resources"]["dtype"],
+            seed=config["seed"],
+        script:
+            script_path("remote_run.py")
