@@ -299,7 +299,12 @@ def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> N
      ({"alt": {"target": "target", "drafters": ["ours"]}}, "'moa.alt.target'"),
      ({"alt": {"target": "draft", "drafters": ["ours"]}}, "has no responses to train on"),
      ({"alt": {"target": "target_alt", "drafters": ["ghost"]}},
-      r"'moa.alt.drafters': \['ghost'\] are not main drafters")],
+      r"'moa.alt.drafters': \['ghost'\] are not main drafters"),
+     ({"alt": {"target": "target_alt", "drafters": ["ours"], "train": {"step": 3}}},
+      r"'moa.alt.train': \['step'\] are not keys of moa.train"),
+     ({"chain_sets": ["nowhere"]}, r"'moa.chain_sets': \['nowhere'\] are not sets"),
+     ({"data": {"state_depth": 0}},
+      r"'moa.data.state_depth': 0 is below the TLI of \['ours_tli1'\]")],
 )  # fmt: skip
 def test_moa_block_errors_name_the_key(configs, schema, edit, message) -> None:
     from kvspec.config import ConfigError
@@ -322,3 +327,7 @@ def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
     assert moa.sets(SimpleNamespace(model="target"))["humaneval"]["n"] == 2
     settings = moa.bench_settings(SimpleNamespace(model=alt))
     assert settings["ablations"] == [] and settings["drafters"] == moa.alt["drafters"]
+    main, second = SimpleNamespace(model="target"), SimpleNamespace(model=alt)
+    assert moa.train_of(main) == moa.moa["train"]
+    assert moa.train_of(second) == {**moa.moa["train"], **moa.alt["train"]} != moa.train_of(main)
+    assert moa.data_of(second)["state_cache"] == f"results/moa/{alt}/states"

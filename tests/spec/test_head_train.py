@@ -12,6 +12,7 @@ from kvspec.spec.eagle import EagleHead
 from kvspec.spec.head_train import HeadLoss, train_head, trainable_parameters
 from kvspec.spec.independent import IndependentHead
 from kvspec.spec.moa import MoAHead, MoASize
+from kvspec.spec.target_states import compute_states
 from tests.spec.test_tree import _llama
 
 SIZE = MoASize(lsa_intermediate=32, sa_intermediate=48, ca_intermediate=64)
@@ -27,6 +28,11 @@ def _sequences(target, n: int) -> list[Sequence]:
     return out
 
 
+def _states(target):
+    """The target's states of a sequence from one forward (what `StateCache` stores)."""
+    return lambda ids: compute_states(target, torch.tensor([ids]), 3)
+
+
 def _head(kind: str, target):
     torch.manual_seed(3)
     if kind == "independent":
@@ -40,11 +46,11 @@ def test_validation_loss_falls(kind) -> None:
     seqs = _sequences(target, 12)
     spec = DistilSpec(steps=80, batch_size=2, lr=5e-3, warmup_steps=2, eval_every=40, seed=0)
     head = _head(kind, target)
-    curve = train_head(kind, head, target, seqs[:10], seqs[10:], spec, HeadLoss())
+    curve = train_head(kind, head, target, seqs[:10], seqs[10:], spec, HeadLoss(), _states(target))
     assert [r["step"] for r in curve] == [40, 80]
     untrained = DistilSpec(steps=1, batch_size=1, lr=1e-12, eval_every=1)
     start = train_head(kind, _head(kind, target), target, seqs[:10], seqs[10:], untrained,
-                       HeadLoss())  # fmt: skip
+                       HeadLoss(), _states(target))  # fmt: skip
     key = "val_kl" if kind == "independent" else "val_loss"  # its loss is CE: KL + entropy
     assert curve[-1][key] < 0.8 * start[0][key]
     assert trainable_parameters(head) > 0
@@ -59,10 +65,11 @@ def test_resumed_training_equals_uninterrupted(tmp_path) -> None:
                       ckpt_every=4, seed=0)  # fmt: skip
     ckpt = tmp_path / "state.pt"
     whole = _head("moa", target)
-    train_head("moa", whole, target, seqs, [], spec, HeadLoss(), checkpoint=ckpt)
+    train_head("moa", whole, target, seqs, [], spec, HeadLoss(), _states(target), checkpoint=ckpt)
     again = _head("moa", target)
     torch.manual_seed(99)  # a different process state: nothing may depend on it
-    curve = train_head("moa", again, target, seqs, [], spec, HeadLoss(), checkpoint=ckpt)
+    curve = train_head("moa", again, target, seqs, [], spec, HeadLoss(), _states(target),
+                       checkpoint=ckpt)  # fmt: skip
     assert [r["step"] for r in curve] == [4, 8]
     for a, b in zip(whole.state_dict().values(), again.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -15,6 +15,7 @@ from kvspec.models.distil import Sequence
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.head_train import HeadLoss, sequence_loss
 from kvspec.spec.neural import build_head, make_drafter
+from kvspec.spec.target_states import StateCache
 from kvspec.spec.tree import ROOT, ChainTree, DraftTree, tree_generate, tree_logits
 
 WINDOW = 16
@@ -117,12 +118,13 @@ def test_greedy_decoding_with_every_head_is_greedy_decoding(target, kind, tree) 
 
 
 @pytest.mark.parametrize("kind", list(DRAFTERS))
-def test_every_head_trains_on_a_gemma_target(target, kind) -> None:
+def test_every_head_trains_on_a_gemma_target(target, kind, tmp_path) -> None:
     torch.manual_seed(1)
     head = build_head(target, DRAFTERS[kind])
     ids = tuple(SHORT[1] + [4, 8, 15, 16, 23, 42, 9])  # 13 tokens, within the window
+    states = StateCache(tmp_path, target, "tiny", 1, torch.float64).get
     loss, parts = sequence_loss(kind, head, target, Sequence("s", ids, 5), random.Random(0),
-                                HeadLoss())  # fmt: skip
+                                HeadLoss(), states)  # fmt: skip
     loss.backward()
     grads = [p.grad for p in head.parameters() if p.requires_grad]
     assert torch.isfinite(loss) and parts["loss"] > 0

@@ -25,8 +25,8 @@ if PLAN.moa:
             gpu=config["resources"]["gpus"],
         params:
             drafter=PLAN.moa.drafter,
-            train=config["moa"]["train"],
-            data=config["moa"]["data"],
+            train=PLAN.moa.train_of,
+            data=PLAN.moa.data_of,
             loss=config["moa"]["loss"],
             device=config["resources"]["device"],
             dtype=config["resources"]["dtype"],

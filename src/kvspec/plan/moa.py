@@ -17,10 +17,22 @@ from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
 
 CATEGORY = "Mixture of Attentions drafters (document 002)"
 HEAD = "results/moa/{model}/heads/{drafter}.pt"
+STATES = "results/moa/{model}/states"  # the target's states, shared by its heads' jobs
 BENCH_RUNS = "results/moa/{model}/bench.json"
 BENCH_SUMMARY = "results/moa/{model}/bench.csv"
 QUALITY_RUNS = "results/moa/{model}/quality.json"
 QUALITY_SUMMARY = "results/moa/{model}/quality.csv"
+TRAIN_KEYS = {
+    "steps",
+    "batch_size",
+    "lr",
+    "min_lr_ratio",
+    "warmup_steps",
+    "weight_decay",
+    "grad_clip",
+    "eval_every",
+    "ckpt_every",
+}  # moa.train's (the schema's) keys
 QUALITY_METRICS = ("humaneval", "gsm8k", "cnndm")  # Table 8's columns, scored per set
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
 MEASURED = {
@@ -60,6 +72,9 @@ class MoAPlan:
             if s["prompts"] not in self.spec.spec["heldout"] | self.config["data"]["datasets"]:
                 raise ConfigError(f"config key 'moa.sets.{name}.prompts': {s['prompts']!r} is "
                                   "neither a held-out split nor a dataset")  # fmt: skip
+        unknown = sorted(set(self.moa.get("chain_sets") or ()) - set(self.moa["sets"]))
+        if unknown:
+            raise ConfigError(f"config key 'moa.chain_sets': {unknown} are not sets of moa.sets")
         self._check_extras(ConfigError)
 
     def _check_extras(self, error: type[Exception]) -> None:
@@ -84,6 +99,13 @@ class MoAPlan:
             unknown = sorted(set(self.alt["drafters"]) - main)
             if unknown:
                 raise error(f"config key 'moa.alt.drafters': {unknown} are not main drafters")
+            unknown = sorted(set(self.alt.get("train") or {}) - TRAIN_KEYS)
+            if unknown:
+                raise error(f"config key 'moa.alt.train': {unknown} are not keys of moa.train")
+        depth = self.moa["data"].get("state_depth", 3)
+        deep = sorted(n for n, d in self.declarations().items() if int(d.get("tli", 0)) > depth)
+        if deep:
+            raise error(f"config key 'moa.data.state_depth': {depth} is below the TLI of {deep}")
 
     # ---------------------------------------------------------------- jobs and their inputs
 
@@ -115,6 +137,15 @@ class MoAPlan:
     def train_inputs(self, wildcards: Any) -> dict[str, str]:
         return {"target": paths.MODEL.format(model=wildcards.model),
                 "responses": paths.RESPONSES.format(model=wildcards.model)}  # fmt: skip
+
+    def train_of(self, wildcards: Any) -> dict[str, Any]:
+        """moa.train, with moa.alt.train's keys over it for the second target."""
+        extra = (self.alt.get("train") or {}) if wildcards.model != self.target else {}
+        return {**self.moa["train"], **extra}
+
+    def data_of(self, wildcards: Any) -> dict[str, Any]:
+        """moa.data and where the target's state cache lives."""
+        return {**self.moa["data"], "state_cache": STATES.format(model=wildcards.model)}
 
     def drafter(self, wildcards: Any) -> dict[str, Any]:
         """The declaration of the drafter a training job builds."""
@@ -171,6 +202,7 @@ class MoAPlan:
         return {"drafters": [d for d in self.drafters_of(model) if d in m["drafters"]],
                 "ablations": list(ablation.get("drafters") or {}),
                 "ablation_set": ablation.get("set"), "baselines": list(m["baselines"]),
+                "chain_sets": m.get("chain_sets"),
                 "chain_k": m["chain_k"], "tree": dict(m["tree"]) if m["tree"] else None,
                 "max_new_tokens": m["max_new_tokens"], "baseline_repeats": m["baseline_repeats"],
                 "decode": dict(self.spec.spec["decode"]),

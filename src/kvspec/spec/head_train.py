@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from tqdm import tqdm
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
 from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.provenance import config_hash
+from kvspec.spec.target_states import TargetStates
 
 log = logging.getLogger(__name__)
 KINDS = ("moa", "eagle", "independent")
@@ -40,44 +42,45 @@ class HeadLoss:
 
 
 Loss = tuple[torch.Tensor, dict[str, float]]
+States = Callable[[list[int]], TargetStates]  # a sequence's ids -> the target's states
 
 
 def sequence_loss(kind: str, head: nn.Module, target: nn.Module, seq: Sequence,
-                  rng: random.Random, weights: HeadLoss) -> Loss:  # fmt: skip
+                  rng: random.Random, weights: HeadLoss, states: States) -> Loss:  # fmt: skip
     """The loss of one sequence: MoA and Independent from its first learned position on,
     EAGLE on every position (its features are all the target's)."""
     ids = torch.tensor([seq.ids], dtype=torch.long)
+    known = states(seq.ids)
     if kind == "independent":
         from kvspec.spec.independent import independent_loss
 
-        return independent_loss(head, target, ids, seq.start, weights.lambda_kl)
+        return independent_loss(head, target, ids, seq.start, weights.lambda_kl, known)
     if kind == "moa":
         from kvspec.spec.moa import moa_loss
 
         return moa_loss(head, target, ids, seq.start, rng, weights.periods, weights.lambda_kl,
-                        weights.lambda_reg)  # fmt: skip
-    from kvspec.spec.eagle import FeatureTap, eagle_loss
+                        weights.lambda_reg, known)  # fmt: skip
+    from kvspec.spec.eagle import eagle_loss
 
-    with FeatureTap(target) as tap, torch.no_grad():
-        target(input_ids=ids)
-    return eagle_loss(head, target, tap.last[None], ids, weights.lambda_kl, weights.lambda_reg)
+    return eagle_loss(head, target, known.final, ids, weights.lambda_kl, weights.lambda_reg)
 
 
 @torch.no_grad()
 def evaluate(kind: str, head: nn.Module, target: nn.Module, val: list[Sequence],
-             weights: HeadLoss, seed: int) -> dict[str, float]:  # fmt: skip
+             weights: HeadLoss, seed: int, states: States) -> dict[str, float]:  # fmt: skip
     """Mean validation loss (the same seeded verification periods at every evaluation)."""
     head.eval()
     rng = random.Random(seed)
-    parts = [sequence_loss(kind, head, target, s, rng, weights)[1] for s in val]
+    parts = [sequence_loss(kind, head, target, s, rng, weights, states)[1] for s in val]
     head.train()
     return {f"val_{k}": sum(p[k] for p in parts) / len(parts) for k in parts[0]}
 
 
 def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequence],
-               val: list[Sequence], spec: DistilSpec, weights: HeadLoss,
+               val: list[Sequence], spec: DistilSpec, weights: HeadLoss, states: States,
                checkpoint: str | Path | None = None) -> list[dict[str, float]]:  # fmt: skip
-    """Train `head` in place against the frozen `target`; the curve (one row per evaluation).
+    """Train `head` in place against the frozen `target`, whose states of a sequence
+    `states` gives (e.g. `StateCache.get`); the curve (one row per evaluation).
     Resumes from `checkpoint` when it holds a state of the same settings."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
@@ -99,7 +102,7 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         chunk = [train[i] for i in batch_indices(len(train), spec, step)]
         rng = random.Random(f"{spec.seed}-{step}")  # MoA's periods: a function of the step
         for seq in chunk:
-            loss, parts = sequence_loss(kind, head, target, seq, rng, weights)
+            loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states)
             (loss / len(chunk)).backward()
             tokens += len(seq.ids)
         torch.nn.utils.clip_grad_norm_(head.parameters(), spec.grad_clip)
@@ -107,7 +110,7 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         opt.zero_grad(set_to_none=True)
         done = step + 1
         if done % spec.eval_every == 0 or done == spec.steps:
-            scores = evaluate(kind, head, target, val, weights, spec.seed) if val else {}
+            scores = evaluate(kind, head, target, val, weights, spec.seed, states) if val else {}
             row = {"step": done, "lr": lr_at(step, spec),
                    **{f"train_{k}": v for k, v in parts.items()}, **scores, "tokens": tokens,
                    "seconds": time.perf_counter() - t0}  # fmt: skip

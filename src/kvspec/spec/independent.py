@@ -21,6 +21,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from kvspec.spec.moa import llama_layer_config, rope_theta
+from kvspec.spec.target_states import TargetStates, compute_states, target_logits
 from kvspec.spec.tree import causal_mask
 
 
@@ -73,10 +74,13 @@ Loss = tuple[torch.Tensor, dict[str, float]]
 
 
 def independent_loss(head: IndependentHead, target: nn.Module, tokens: torch.Tensor,
-                     first: int, lambda_kl: float = 0.1) -> Loss:  # fmt: skip
-    """Soft cross-entropy to the target's next-token distribution on positions `first`.."""
+                     first: int, lambda_kl: float = 0.1,
+                     states: TargetStates | None = None) -> Loss:  # fmt: skip
+    """Soft cross-entropy to the target's next-token distribution on positions `first`..
+    (from `states`' final hidden states, or one target forward)."""
+    states = states or compute_states(target, tokens, 0)
     with torch.no_grad():
-        p_target = torch.softmax(target(input_ids=tokens).logits[0, first:].float(), -1)
+        p_target = torch.softmax(target_logits(target, states.final[0, first:]), -1)
     logq = torch.log_softmax(head(tokens).logits[0, first:].float(), -1)
     ce = -(p_target * logq).sum(-1).mean()
     entropy = -(p_target * torch.log(p_target.clamp_min(1e-30))).sum(-1).mean()

@@ -46,6 +46,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from kvspec.spec.drafters import Draft
+from kvspec.spec.target_states import TargetStates, compute_states, target_logits
 from kvspec.spec.tree import (
     DraftTree,
     additive_mask,
@@ -304,20 +305,18 @@ def finish(target: nn.Module, tli: int, pred: torch.Tensor, positions: torch.Ten
 
 def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
              rng: random.Random, periods: tuple[int, int] = (5, 15), lambda_kl: float = 0.1,
-             lambda_reg: float = 1.0) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+             lambda_reg: float = 1.0, states: TargetStates | None = None,
+             ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """One sequence (1, T) whose next tokens are learned from position `first` on (the last
-    prompt token): the target's K/V and hidden states, positions before `first` verified,
-    then a verification every period (drawn from `periods`) positions, the loss on positions
-    `first`.. (each predicts its own final activation, i.e. the next token)."""
+    prompt token): the target's K/V and hidden states (`states`, or one target forward),
+    positions before `first` verified, then a verification every period (drawn from
+    `periods`) positions, the loss on positions `first`.. (each predicts its own final
+    activation, i.e. the next token)."""
     tli = head.size.tli
+    states = states or compute_states(target, tokens, tli)
+    kv, truth, final = states.kv, states.hidden[tli], states.final  # (1, T, ...)
     with torch.no_grad():
-        # a config-free cache keeps every position (sliding windows apply through the masks)
-        out = target(input_ids=tokens, past_key_values=DynamicCache(), use_cache=True,
-                     output_hidden_states=True)  # fmt: skip
-        kv = layer_kv(out.past_key_values, 0, tokens.shape[1])
-        truth = out.hidden_states[-1 - tli]  # (1, T, H)
-        final = out.hidden_states[-1]
-        p_target = torch.softmax(target.get_output_embeddings()(final).float(), -1)
+        p_target = torch.softmax(target_logits(target, final), -1)
     verified, bound = verification(tokens.shape[1], first, rng.randint(*periods))
     pred = moa_forward(head, target, tokens, kv, bound, final)
     rows = torch.arange(tokens.shape[1]) >= max(first, 1)

@@ -73,7 +73,9 @@ def head_train_stage(
     threads: int,
 ) -> None:
     """Train one head (`inputs`: `target` model, its `responses`) and save it with its curve,
-    sizes (trainable parameters, relative to one target decoder layer) and training cost."""
+    sizes (trainable parameters, relative to one target decoder layer) and training cost.
+    The target's states come from the cache `data['state_cache']` (shared by every head of
+    the target; `data['state_depth']` hidden depths in `data['state_dtype']`)."""
     from kvspec.data.records import read_jsonl
     from kvspec.models.distil import DistilSpec, distil_sequences, split_sequences
     from kvspec.models.load import load_model, use_threads
@@ -83,6 +85,7 @@ def head_train_stage(
         train_head,
         trainable_parameters,
     )
+    from kvspec.spec.target_states import StateCache, weights_fingerprint
 
     use_threads(threads)
     torch.manual_seed(seed)
@@ -92,10 +95,14 @@ def head_train_stage(
     seqs = seqs[: data["sequences"]] if data.get("sequences") else seqs
     train_seqs, val = split_sequences(seqs, data["val_fraction"], seed)
     head = build_head(target, drafter)
+    _check_depth(drafter, data["state_depth"])
     weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
+    cache = StateCache(data["state_cache"], target, weights_fingerprint(inputs["target"]),
+                       data["state_depth"], getattr(torch, data["state_dtype"]))  # fmt: skip
     t0 = time.perf_counter()
     curve = train_head(drafter["kind"], head, target, train_seqs, val,
-                       DistilSpec.from_config(train, seed), weights, f"{out}.ckpt")  # fmt: skip
+                       DistilSpec.from_config(train, seed), weights, cache.get,
+                       f"{out}.ckpt")  # fmt: skip
     trainable, layer = trainable_parameters(head), decoder_layer_parameters(target)
     stats = {
         "trainable_parameters": trainable,
@@ -104,6 +111,12 @@ def head_train_stage(
         "sequences": {"train": len(train_seqs), "val": len(val)},
         "tokens_seen": curve[-1]["tokens"] if curve else 0,
         "train_seconds_this_run": time.perf_counter() - t0,
+        "state_cache": {
+            "hits": cache.hits,
+            "misses": cache.misses,
+            "bytes": cache.size_bytes(),
+            "dtype": data["state_dtype"],
+        },
         "final": {k: v for k, v in (curve[-1] if curve else {}).items() if k.startswith("val_")},
     }
     log.info("%s: %s", drafter["kind"], stats)
@@ -112,6 +125,13 @@ def head_train_stage(
                     "stats": stats, "provenance": provenance({"drafter": dict(drafter)})},
                    tmp)  # fmt: skip
     Path(f"{out}.ckpt").unlink(missing_ok=True)
+
+
+def _check_depth(drafter: Mapping[str, Any], depth: int) -> None:
+    tli = int(drafter.get("tli", 0)) if drafter["kind"] == "moa" else 0
+    if tli > depth:
+        raise ValueError(f"a head with TLI = {tli} needs moa.data.state_depth >= {tli}, "
+                         f"not {depth}")  # fmt: skip
 
 
 def neural_methods(setup: Any, heads: Mapping[str, tuple[nn.Module, Mapping[str, Any]]],
@@ -164,6 +184,16 @@ def make_drafter(kind: str, head: nn.Module, target: nn.Module,
     return ModelTreeDrafter(head, *t) if tree else DraftModelDrafter(head)
 
 
+def _methods_of_set(name: str, methods: Mapping[str, Any], ablations: Mapping[str, Any],
+                    ablation_set: str | None,
+                    chain_sets: Sequence[str] | None) -> dict[str, Any]:  # fmt: skip
+    """The methods run on set `name`: chains of the main heads on `chain_sets` (None: all)
+    and the ablation set, the ablation heads' chains on the ablation set only."""
+    chains = chain_sets is None or name in chain_sets or name == ablation_set
+    chosen = {m: fn for m, fn in methods.items() if chains or not m.endswith("/chain")}
+    return {**chosen, **(ablations if name == ablation_set else {})}
+
+
 def neural_bench_stage(
     inputs: Mapping[str, str],
     out_runs: str,
@@ -173,6 +203,7 @@ def neural_bench_stage(
     drafters: Sequence[str],
     ablations: Sequence[str],
     ablation_set: str | None,
+    chain_sets: Sequence[str] | None,
     sets: Mapping[str, Mapping[str, Any]],
     baselines: Sequence[str],
     decode: Mapping[str, Any],
@@ -186,9 +217,10 @@ def neural_bench_stage(
     seed: int,
     threads: int,
 ) -> None:
-    """Greedy, the `baselines` (speed-benchmark methods) and every head's chain/tree method on
-    every prompt set, and the `ablations` heads' chain methods on `ablation_set` (`inputs`:
-    `model`, `head_<drafter>`, `prompts_<set>`, indexes)."""
+    """Greedy, the `baselines` (speed-benchmark methods) and every head's tree method on every
+    prompt set, its chain method on `chain_sets` (None: every set) and `ablation_set`, and the
+    `ablations` heads' chain methods on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
+    `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set."""
     from kvspec.data.records import read_jsonl
     from kvspec.models.load import load_model, use_threads
     from kvspec.spec.bench import (
@@ -213,15 +245,14 @@ def neural_bench_stage(
     methods = {**benchmark_methods(setup, ["greedy", *baselines], ["greedy"]),
                **neural_methods(setup, heads, chain_k, tree)}  # fmt: skip
     ablation_methods = neural_methods(setup, extra, chain_k, None)
-    records, summaries = [], []
+    records, summaries, warm = [], [], set()
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
-        chosen = {**methods, **(ablation_methods if name == ablation_set else {})}
-        for fn in ablation_methods.values() if records and name == ablation_set else ():
-            fn(prompts[0][1])  # warm-up of the heads that join on this set only
-        recs = run_benchmark(
-            chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=not records
-        )  # every method warmed up once, on the first set
+        chosen = _methods_of_set(name, methods, ablation_methods, ablation_set, chain_sets)
+        for fn in (fn for m, fn in chosen.items() if m not in warm):
+            fn(prompts[0][1])  # untimed warm-up of methods that join on this set
+        warm |= set(chosen)
+        recs = run_benchmark(chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=False)
         mark_divergence(target, recs, prompts)
         records += [{**r, "set": name} for r in recs]
         summary = summarize(recs)
@@ -229,7 +260,7 @@ def neural_bench_stage(
         summaries.append(summary)
         log.info("%s\n%s", name, summary.to_string())
     meta = {"model": model, "drafters": list(drafters), "ablations": list(ablations),
-            "ablation_set": ablation_set, "chain_k": chain_k,
+            "ablation_set": ablation_set, "chain_sets": chain_sets, "chain_k": chain_k,
             "sets": {k: dict(v) for k, v in sets.items()}, "tree": dict(tree or {}),
             "baselines": list(baselines)}  # fmt: skip
     sizes = {n: head_stats(inputs[f"head_{n}"]) for n in [*drafters, *ablations]}  # the report
