@@ -12,6 +12,7 @@ import pandas as pd
 from kvspec.io import read_json
 from kvspec.remote import protocol as p
 from kvspec.report.spec import _paper, save
+from kvspec.report.tables import side_by_side
 
 PAPER_ROW = {"moa": "Ours", "eagle": "EAGLE", "independent": "Independent"}  # Table 7's rows
 LOWER_BOUND = "Without local model (lower bound)"
@@ -21,16 +22,7 @@ def _beside(ours: pd.DataFrame, paper_csv: str, keys: list[str],
             metrics: Sequence[str]) -> pd.DataFrame:  # fmt: skip
     """`<m> (ours)` and `<m> (paper)` per metric (missing on one side: empty), outer-joined
     on `keys`; our other columns follow."""
-    paper = _paper(paper_csv)
-    left = ours.rename(columns={m: f"{m} (ours)" for m in metrics})
-    right = paper[[*keys, *(m for m in metrics if m in paper)]]
-    right = right.rename(columns={m: f"{m} (paper)" for m in metrics})
-    merged = left.merge(right, on=keys, how="outer", sort=False)
-    pairs = [f"{m} ({w})" for m in metrics for w in ("ours", "paper")]
-    for column in pairs:
-        merged[column] = merged[column] if column in merged else float("nan")
-    rest = [c for c in merged.columns if c not in keys and c not in pairs]
-    return merged[[*keys, *pairs, *rest]]
+    return side_by_side(ours, _paper(paper_csv), keys, metrics, keep_rest=True)
 
 
 def _runs(files: Sequence[str]) -> list[dict[str, Any]]:
@@ -69,8 +61,9 @@ def table_3(jobs: list[dict[str, Any]], item: Mapping[str, Any], paper_csv: str)
 
 def table_4(jobs: list[dict[str, Any]], item: Mapping[str, Any], paper_csv: str) -> pd.DataFrame:
     """HumanEval pass@1 (%) when the link is cut after B new tokens and the client finishes
-    alone, per drafter; the lower bound stops at B (the uncut answer's first B tokens)."""
-    rows = []
+    alone, per drafter; the lower bound stops at B (the uncut answer's first B tokens); and,
+    ours only, how much of the uncut answer each cut answer keeps (`same_prefix` rows)."""
+    rows, same = [], []
     cuts = list(item["cuts"])
     for i, job in enumerate(jobs):
         first = job["meta"]["profiles"][0]
@@ -83,13 +76,39 @@ def table_4(jobs: list[dict[str, Any]], item: Mapping[str, Any], paper_csv: str)
             row[f"b_{b}"] = 100 * sum(r["passed"] for r in cut) / len(cut)
             bound[f"b_{b}"] = 100 * sum(r["lower_bound_passed"] for r in cut) / len(cut)
         rows.append(row)
+        same.append({"scenario": "same_prefix", "drafter": row["drafter"],
+                     **same_prefix(job, cuts)})  # fmt: skip
         if i == len(jobs) - 1:  # greedy answers are the same for every head: one lower bound
             rows.append(bound)
+    rows += same
     metrics = [*(f"b_{b}" for b in sorted({*cuts, 1, 10, 25, 50})), "b_inf"]
     table = _beside(pd.DataFrame(rows), paper_csv, ["scenario", "drafter"], metrics)
     ours = [f"{m} (ours)" for m in metrics]
     table.loc[table.duplicated(subset=["scenario", "drafter"]), ours] = None
     return table
+
+
+def same_prefix(job: Mapping[str, Any], cuts: Sequence[int]) -> dict[str, float]:
+    """Per B, the mean share (%) of the uncut answer (first profile) that an answer cut at B
+    reproduces before its first differing token; b_inf: the other profiles' uncut answers
+    (lossless decoding: 100)."""
+    first = job["meta"]["profiles"][0]
+    uncut = {r["prompt"]: r["tokens"] for r in job["runs"] if r["cut"] is None
+             and r["profile"] == first}  # fmt: skip
+    others = [r for r in job["runs"] if r["cut"] is None and r["profile"] != first]
+    groups = {f"b_{b}": [r for r in job["runs"] if r["cut"] == b] for b in cuts}
+    out = {}
+    for key, runs in {**groups, "b_inf": others}.items():
+        shares = [_prefix(r["tokens"], uncut[r["prompt"]]) for r in runs]
+        out[key] = 100 * sum(shares) / len(shares) if shares else float("nan")
+    return out
+
+
+def _prefix(tokens: Sequence[int], reference: Sequence[int]) -> float:
+    pairs = zip(tokens, reference, strict=False)
+    n = next((i for i, (a, b) in enumerate(pairs) if a != b),
+             min(len(tokens), len(reference)))  # fmt: skip
+    return n / max(len(reference), 1)
 
 
 def message_sizes(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -165,7 +184,10 @@ def render_table_4(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
         "past N) and finishes with its drafter's own greedy continuation (MoA: CA over the "
         "LSA vectors received so far, the target's last TLI layers with their cache; EAGLE: "
         "its own predicted features); pass@1 through the sandboxed HumanEval runner. Lower "
-        "bound: the uncut answer stopped at N tokens."]))  # fmt: skip
+        "bound: the uncut answer stopped at N tokens.",
+        "same_prefix (ours only, not a pass@1): the mean share (%) of the uncut answer that "
+        "the answer cut at N reproduces before its first differing token; b_inf there: the "
+        "other link profile's uncut answers against the first's (lossless: 100)."]))  # fmt: skip
 
 
 def render_table_7(item: Mapping[str, Any], inputs: Mapping[str, list[str]],

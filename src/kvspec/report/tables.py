@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,24 @@ def read_paper_table(path: str | Path) -> tuple[pd.DataFrame, dict[str, list[str
 
 
 def side_by_side(
-    ours: pd.DataFrame, paper: pd.DataFrame, keys: list[str], metrics: list[str]
+    ours: pd.DataFrame,
+    paper: pd.DataFrame,
+    keys: list[str],
+    metrics: Sequence[str],
+    keep_rest: bool = False,
 ) -> pd.DataFrame:
-    """Join on `keys`; each metric becomes two columns, `<m> (ours)` and `<m> (paper)`."""
-    left = ours[keys + metrics].rename(columns={m: f"{m} (ours)" for m in metrics})
-    right = paper[keys + metrics].rename(columns={m: f"{m} (paper)" for m in metrics})
+    """Join on `keys`; each metric becomes two columns, `<m> (ours)` and `<m> (paper)` (a
+    metric one side lacks: empty); with `keep_rest`, our other columns follow."""
+    rest = [c for c in ours.columns if c not in keys and c not in metrics] if keep_rest else []
+    left = ours[[*keys, *(m for m in metrics if m in ours), *rest]]
+    left = left.rename(columns={m: f"{m} (ours)" for m in metrics})
+    right = paper[[*keys, *(m for m in metrics if m in paper)]]
+    right = right.rename(columns={m: f"{m} (paper)" for m in metrics})
     merged = left.merge(right, on=keys, how="outer", sort=False)
-    ordered = keys + [f"{m} ({w})" for m in metrics for w in ("ours", "paper")]
-    return merged[ordered]
+    pairs = [f"{m} ({w})" for m in metrics for w in ("ours", "paper")]
+    for column in (c for c in pairs if c not in merged):
+        merged[column] = float("nan")
+    return merged[[*keys, *pairs, *rest]]
 
 
 def to_markdown(df: pd.DataFrame, floatfmt: str = "{:.4g}") -> str:
