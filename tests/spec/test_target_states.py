@@ -57,6 +57,13 @@ def test_states_are_the_targets_kv_features_and_residual_streams(target) -> None
     assert states.kv.shape == (1, len(IDS), 3, 2 * 2 * 8)  # 2 KV heads of width 8, k ‖ v
 
 
+def test_a_depth_beyond_the_targets_layers_keeps_every_layer(target) -> None:
+    states = compute_states(target, torch.tensor([IDS]), 7)  # a 3-layer target
+    assert len(states.hidden) == 4  # the final state and the streams entering layers 2, 1, 0
+    with pytest.raises(ValueError, match="at least 0"):
+        compute_states(target, torch.tensor([IDS]), -1)
+
+
 def test_soft_capped_logits_match_the_model() -> None:
     target = _llama(0, layers=1).requires_grad_(False)
     target.config.final_logit_softcapping = 0.5  # not applied by Llama: compare to the formula

@@ -44,12 +44,13 @@ class TargetStates:
 
 @torch.no_grad()
 def compute_states(target: nn.Module, tokens: torch.Tensor, depth: int) -> TargetStates:
-    """The states of `tokens` (1, T) from one forward of the target, hidden depths 0..depth."""
+    """The states of `tokens` (1, T) from one forward of the target, hidden depths 0..depth
+    (at most the target's layers: a deeper depth keeps them all)."""
     from kvspec.spec.moa import layer_kv
 
-    layers = target.config.num_hidden_layers
-    if not 0 <= depth <= layers:
-        raise ValueError(f"state depth must be in 0..{layers} (the target's layers), not {depth}")
+    if depth < 0:
+        raise ValueError(f"state depth must be at least 0, not {depth}")
+    depth = min(depth, target.config.num_hidden_layers)
     # a config-free cache keeps every position (sliding windows apply through the masks);
     # logits of the last position only: the heads apply the output head themselves
     out = target(input_ids=tokens, past_key_values=DynamicCache(), use_cache=True,
