@@ -22,17 +22,6 @@ BENCH_RUNS = "results/moa/{model}/bench.json"
 BENCH_SUMMARY = "results/moa/{model}/bench.csv"
 QUALITY_RUNS = "results/moa/{model}/quality.json"
 QUALITY_SUMMARY = "results/moa/{model}/quality.csv"
-TRAIN_KEYS = {
-    "steps",
-    "batch_size",
-    "lr",
-    "min_lr_ratio",
-    "warmup_steps",
-    "weight_decay",
-    "grad_clip",
-    "eval_every",
-    "ckpt_every",
-}  # moa.train's (the schema's) keys
 QUALITY_METRICS = ("humaneval", "gsm8k", "cnndm")  # Table 8's columns, scored per set
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
 MEASURED = {
@@ -99,7 +88,8 @@ class MoAPlan:
             unknown = sorted(set(self.alt["drafters"]) - main)
             if unknown:
                 raise error(f"config key 'moa.alt.drafters': {unknown} are not main drafters")
-            unknown = sorted(set(self.alt.get("train") or {}) - TRAIN_KEYS)
+            # moa.train holds every key of its schema once validated (defaults filled in)
+            unknown = sorted(set(self.alt.get("train") or {}) - set(self.moa["train"]))
             if unknown:
                 raise error(f"config key 'moa.alt.train': {unknown} are not keys of moa.train")
         depth = self.moa["data"].get("state_depth", 3)

@@ -15,14 +15,14 @@ The cache is keyed by the target's weights (a change of model misses every entry
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import DynamicCache
+
+from kvspec.io import atomic_path
 
 
 @dataclass(frozen=True)
@@ -108,23 +108,13 @@ class StateCache:
             self.misses += 1
             tokens = torch.tensor([ids], dtype=torch.long)
             states = compute_states(self.target, tokens, self.depth).to(self.dtype)
-            _save_atomic(path, {"kv": states.kv, "hidden": list(states.hidden)})
+            with atomic_path(path) as tmp:  # parallel jobs: never half a file
+                torch.save({"kv": states.kv, "hidden": list(states.hidden)}, tmp)
         _check_finite(states, self.dtype)
         return states.to(self.model_dtype)
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.dir.glob("*.pt"))
-
-
-def _save_atomic(path: Path, obj: dict[str, object]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _check_finite(states: TargetStates, dtype: torch.dtype) -> None:
