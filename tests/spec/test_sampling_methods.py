@@ -3,11 +3,16 @@ seeded, unknown kinds are refused, and the config's cross-key checks name the ke
 
 import copy
 
+import numpy as np
 import pytest
+import torch
 import yaml
+from scipy.stats import chisquare
 
 from kvspec.config import ConfigError, validate
+from kvspec.seeds import derive
 from kvspec.spec.decode import greedy_generate
+from kvspec.spec.sampling import warp
 from kvspec.spec.sampling_methods import Settings, make_sampler
 from tests.tiny import tiny_llama
 
@@ -68,3 +73,64 @@ def test_bad_sampling_config_names_the_key(schema, edit, key: str) -> None:
     edit(cfg["sampling"])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         validate(cfg, schema)
+
+
+# ---- exactness through the entry point the rules call -------------------------------------------
+# The first three tokens each sampler emits, over many sample seeds split from one run seed as
+# the stages split them, against the warped target's exact law of three tokens (enumerated).
+# k >= 2 with temperature and top-p: three_model's inner and outer verifiers and sd's draft and
+# verifier must draw from independent streams, or the joint law is off (caught at p ~ 1e-58
+# when both levels of three_model shared one seed).
+VOCAB, TEMPERATURE, TOP_P, PROMPT = 5, 0.8, 0.9, [1, 3, 2]
+
+
+def _sharp(seed: int, scale: float):
+    model = tiny_llama(seed, vocab=VOCAB, hidden=16, intermediate=32, layers=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def sharp_models() -> dict:
+    return {"target": _sharp(3, 8.0), "mid": _sharp(4, 6.0), "draft": _sharp(5, 6.0)}
+
+
+@torch.inference_mode()
+def _law3(model) -> np.ndarray:
+    """P(x1, x2, x3 | PROMPT) under warp(temperature, top_p), shape (V, V, V)."""
+    law = np.ones((1,))
+    prefixes: list[list[int]] = [[]]
+    for _ in range(3):
+        ids = torch.tensor([PROMPT + p for p in prefixes])
+        nxt = warp(model(ids).logits[:, -1], TEMPERATURE, TOP_P).numpy()  # (len(prefixes), V)
+        law = (law[:, None] * nxt).ravel()
+        prefixes = [p + [t] for p in prefixes for t in range(VOCAB)]
+    return law.reshape(VOCAB, VOCAB, VOCAB)
+
+
+def _pvalue(counts: np.ndarray, law: np.ndarray) -> float:
+    keep = law.ravel() > 1e-12
+    if counts.ravel()[~keep].sum():
+        return 0.0
+    expected = law.ravel()[keep] / law.ravel()[keep].sum() * counts.sum()
+    return float(chisquare(counts.ravel()[keep], expected).pvalue)
+
+
+def _draw(sampler, draws: int) -> np.ndarray:
+    counts = np.zeros((VOCAB,) * 3, dtype=np.int64)
+    for c in range(draws):
+        tokens = sampler(PROMPT, derive(7, "humaneval", 0, c)).tokens
+        counts[tuple(tokens[:3])] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("kind", "exact"),
+    [("classical", True), ("sd", True), ("three_model", True), ("sd_printed", False)],
+)
+def test_make_sampler_follows_the_warped_target_law_of_three_tokens(sharp_models, kind, exact):
+    settings = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=2, k_d=2, k_i=2)
+    counts = _draw(make_sampler(kind, sharp_models, settings), 2000)
+    p = _pvalue(counts, _law3(sharp_models["target"]))
+    assert (p > 1e-3) if exact else (p < 1e-6), p

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 from scipy.stats import chisquare
 
+from kvspec.seeds import derive
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.sampling import warp
 from kvspec.spec.three_model import CachedScorer, SpeculativeDrafter
@@ -42,10 +43,10 @@ def _counts(target, mid, draft, prompt, draws: int, vocab: int, verifier=None) -
     for seed in range(draws):
         kw = {"verifier": verifier} if verifier else {}
         drafter = SpeculativeDrafter(mid, draft, k_d=2, cycles=2, temperature=0.8, top_p=0.9,
-                                     seed=seed, **kw)  # fmt: skip
+                                     seed=derive(seed, "three_model"), **kw)  # fmt: skip
         tokens, _ = speculative_generate(target, prompt, drafter, 3, k=drafter.depth,
-                                         mode="sample", temperature=0.8, top_p=0.9, seed=seed,
-                                         **kw)  # fmt: skip
+                                         mode="sample", temperature=0.8, top_p=0.9,
+                                         seed=derive(seed, "verify"), **kw)  # fmt: skip
         counts[tokens[0], tokens[1]] += 1
     return counts
 

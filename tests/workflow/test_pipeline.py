@@ -20,7 +20,9 @@ def test_every_strategy_equals_greedy_and_is_timed(ci_run: Path) -> None:
         ("iterative", 1), ("iterative", 2), ("speculative", 2), ("pipeinfer", 2)}  # fmt: skip
     assert all(r["exact"] and r["tokens_per_s"] > 0 and r["ttft_s"] > 0 for r in runs)
     assert all(len(r["peak_rss_mb"]) == r["ranks"] for r in runs)
-    assert all(r["link"]["latency_s"] > 0 for r in runs if r["n_stages"] > 1)
+    # the link's line fit is a timing: its intercept may round to 0 on a busy machine
+    links = [r["link"] for r in runs if r["n_stages"] > 1]
+    assert all(k["latency_s"] >= 0 and min(k["one_way_s"].values()) > 0 for k in links)
     cal, medians = record["calibration"], record["calibration_raw"]["medians_s"]
     assert cal["layers"] == 2 and cal["hidden"] == 64  # the ci target
     assert medians["draft"]["4"] > medians["draft"]["1"]  # four draft forwards cost more than one

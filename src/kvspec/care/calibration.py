@@ -8,7 +8,6 @@ each window is real running text and no token is reused.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from kvspec.data.records import read_jsonl
+from kvspec.seeds import python_random
 
 CALIBRATION_KINDS = ("text", "instruction")
 
@@ -58,7 +58,7 @@ def token_stream(
     """EOS-separated token ids of the dataset's records in seeded random order, stopping once
     `max_tokens` are reached (the stream may be longer by the tail of the last record)."""
     records = list(read_jsonl(path, kind))
-    random.Random(seed).shuffle(records)
+    python_random(seed, "calibration order").shuffle(records)
     eos = tokenizer.eos_token_id
     stream: list[int] = []
     for rec in records:

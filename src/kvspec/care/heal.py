@@ -29,6 +29,7 @@ from tqdm import tqdm
 from kvspec.care.budgets import budget_steps
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
+from kvspec.seeds import derive, numpy_generator
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def heal_loss(
 
 def sample_windows(tokens: np.ndarray, spec: HealSpec, step: int, micro: int, rank: int):
     """This process's (micro_batch, seq_len) windows of `step`; a function of (seed, step)."""
-    rng = np.random.default_rng([spec.seed, step])
+    rng = numpy_generator(spec.seed, "batch", step)
     starts = rng.integers(0, len(tokens) - spec.seq_len, size=spec.sequences_per_step)
     per_rank = spec.micro_batch * spec.accum
     mine = starts[rank * per_rank : (rank + 1) * per_rank]
@@ -177,7 +178,7 @@ def heal(
     from accelerate import Accelerator
 
     acc = Accelerator(mixed_precision=spec.mixed_precision, cpu=not torch.cuda.is_available())
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(derive(spec.seed, "train"))
     teacher.requires_grad_(False)
     teacher = teacher.to(acc.device).eval()
     opt = make_optimizer(student, spec)

@@ -11,13 +11,14 @@ directory and never touches the hub. Per-task limits are seeded random subsets o
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torch import nn
+
+from kvspec.seeds import derive, python_random
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _seeded_samples(tasks: Mapping[str, Any], limit: int | None, seed: int) -> d
     for name, task in sorted(tasks.items()):
         n = len(task.eval_docs)
         k = n if limit is None else min(limit, n)
-        out[name] = sorted(random.Random(f"{seed}:{name}").sample(range(n), k))
+        out[name] = sorted(python_random(seed, "lm-eval subset", name).sample(range(n), k))
     return out
 
 
@@ -176,10 +177,11 @@ def evaluate(
         samples=samples,
         log_samples=True,  # per-document scores, for paired comparisons between variants
         bootstrap_iters=1000,
-        random_seed=seed,
-        numpy_random_seed=seed,
-        torch_random_seed=seed,
-        fewshot_random_seed=seed,
+        # lm-eval seeds four generators (numpy's legacy one takes 32 bits); each its own stream
+        **{
+            f"{lib}_seed": derive(seed, "lm-eval", lib, bits=32)
+            for lib in ("random", "numpy_random", "torch_random", "fewshot_random")
+        },
     )
     records: dict[str, dict[str, Any]] = {}
     for col, request in requests.items():

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kvspec.seeds import derive
 from kvspec.spec.decode import speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter
 from kvspec.spec.verify import residual, verify_resample_model, verify_sampling
@@ -47,15 +48,16 @@ def simulate(p_rows: list[list[float]], q_rows: list[list[float]], verifier: Ver
     """Draft every position from p, verify against q; count per position the emitted tokens
     (position i counted only when every earlier draft was accepted, where its exact law is
     q_i) and the acceptance of each drafted token."""
-    gen = torch.Generator().manual_seed(seed)
+    draft_gen = torch.Generator().manual_seed(derive(seed, "draft"))
+    verify_gen = torch.Generator().manual_seed(derive(seed, "verify"))
     p = torch.tensor(p_rows, dtype=torch.float64)  # (k, V)
     q = torch.tensor(q_rows, dtype=torch.float64)  # (k+1, V)
     emitted = [Counter() for _ in p_rows]
     drafted = [Counter() for _ in p_rows]
     accepted = [Counter() for _ in p_rows]
     for _ in range(trials):
-        drafts = [int(torch.multinomial(row, 1, generator=gen)) for row in p]
-        n_acc, nxt = verifier(q, drafts, p, gen)
+        drafts = [int(torch.multinomial(row, 1, generator=draft_gen)) for row in p]
+        n_acc, nxt = verifier(q, drafts, p, verify_gen)
         for i, token in enumerate(drafts[: n_acc + 1]):
             drafted[i][token] += 1
             accepted[i][token] += i < n_acc
@@ -92,7 +94,7 @@ def exactness_rows(p_rows: list[list[float]], q_rows: list[list[float]], example
     """Per verifier and position: emitted distribution vs the target's, chi-square p-value."""
     rows = []
     for name, verifier in VERIFIERS.items():
-        counts = simulate(p_rows, q_rows, verifier, trials, seed)
+        counts = simulate(p_rows, q_rows, verifier, trials, derive(seed, example, name))
         for i, observed in enumerate(counts["emitted"]):
             stat, pvalue = chi_square(observed, q_rows[i])
             n = sum(observed.values())
@@ -107,7 +109,9 @@ def acceptance_rows(trials: int, seed: int) -> list[dict[str, Any]]:
     """The worked example's acceptance probabilities: min(1, q/p) in theory, measured with
     our verifier (acceptance of "quick" drafted first; of "brown" drafted after an accepted
     "quick"), and the residual a rejected "brown" is resampled from."""
-    counts = simulate(QUICK_BROWN_P, QUICK_BROWN_Q, verify_sampling, trials, seed)
+    counts = simulate(
+        QUICK_BROWN_P, QUICK_BROWN_Q, verify_sampling, trials, derive(seed, "acceptance")
+    )
     rows = []
     for pos, word in ((0, "quick"), (1, "brown")):
         t = WORDS.index(word)
@@ -151,10 +155,12 @@ def measured_rows(target: torch.nn.Module, draft: torch.nn.Module, prompts: list
     alphas, runs = [], {k: [0, 0] for k in ks}
     for i, prompt in enumerate(prompts):
         for k in ks:
-            drafter = DraftModelDrafter(draft, sample=True, temperature=temperature, seed=seed + i)
+            drafter = DraftModelDrafter(draft, sample=True, temperature=temperature,
+                                        seed=derive(seed, "draft", i, k))  # fmt: skip
             new, steps = speculative_generate(target, prompt, drafter, max_new_tokens, k,
                                               mode="sample", temperature=temperature,
-                                              eos_token_id=stops, seed=seed + i)  # fmt: skip
+                                              eos_token_id=stops,
+                                              seed=derive(seed, "verify", i, k))  # fmt: skip
             runs[k][0] += len(new)
             runs[k][1] += len(steps)
             if k == ks[0] and new:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 from kvspec.io import read_json, write_json
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
+from kvspec.seeds import python_random
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ def request_stream(prompts: list[list[int]], settings: Mapping[str, Any], seed: 
     once when rate is null)."""
     from kvspec.lecture.scheduler import Request
 
-    rng = random.Random(seed)
+    rng = python_random(seed, "requests")
     low, high = settings["new_tokens"]
     clock, requests = 0.0, []
     for i in range(settings["requests"]):

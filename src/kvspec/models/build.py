@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from kvspec.data.chat import END
+from kvspec.seeds import derive
 
 ARCHITECTURES = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
 
@@ -60,7 +61,7 @@ def build_model(
 ) -> PreTrainedModel:
     """A freshly initialised causal LM (seeded) for `spec`."""
     config = model_config(spec, tokenizer)
-    torch.manual_seed(seed)
+    torch.manual_seed(derive(seed, "init"))
     model = ARCHITECTURES[spec["family"]][1](config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     # Stop at the end of an assistant turn as well as at end of text.

@@ -33,6 +33,7 @@ from tqdm import tqdm
 from kvspec.io import atomic_path
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
+from kvspec.seeds import derive, numpy_generator
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def split_sequences(
     """(train, val): a seeded `val_fraction` of the sequences (at least one if the fraction
     is positive) held out for validation; both keep the input order."""
     n_val = min(len(seqs) - 1, max(1, round(val_fraction * len(seqs)))) if val_fraction else 0
-    val_idx = set(np.random.default_rng([seed, 1]).permutation(len(seqs))[:n_val].tolist())
+    val_idx = set(numpy_generator(seed, "validation").permutation(len(seqs))[:n_val].tolist())
     train = [s for i, s in enumerate(seqs) if i not in val_idx]
     return train, [s for i, s in enumerate(seqs) if i in val_idx]
 
@@ -147,7 +148,7 @@ def batch_indices(n: int, spec: DistilSpec, step: int) -> list[int]:
     for pos in range(step * spec.batch_size, (step + 1) * spec.batch_size):
         epoch, i = divmod(pos, n)
         if epoch not in perms:
-            perms[epoch] = np.random.default_rng([spec.seed, 0, epoch]).permutation(n)
+            perms[epoch] = numpy_generator(spec.seed, "epoch", epoch).permutation(n)
         out.append(int(perms[epoch][i]))
     return out
 
@@ -183,7 +184,7 @@ def build_student(
 
     if init not in ("pca", "random"):
         raise ValueError(f"init must be 'pca' or 'random', got {init!r}")
-    torch.manual_seed(seed)
+    torch.manual_seed(derive(seed, "init"))
     student = ARCHITECTURES[arch["family"]][1](student_config(arch, teacher.config))
     student.generation_config = copy.deepcopy(teacher.generation_config)
     if init == "pca":
@@ -342,7 +343,7 @@ def distil_train(
     data), and rewrites it every `ckpt_every` steps."""
     if not train:
         raise ValueError("no training sequences")
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(derive(spec.seed, "train"))
     ckpt = Path(checkpoint) if checkpoint else None
     if spec.freeze_embeddings:  # the (projected) input and output embeddings stay as built
         for emb in (student.get_input_embeddings(), student.get_output_embeddings()):

@@ -15,6 +15,7 @@ from tqdm import tqdm
 from kvspec.io import atomic_path
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
+from kvspec.seeds import derive, numpy_generator
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def lr_at(step: int, spec: TrainSpec) -> float:
 def sample_batch(tokens: np.ndarray, spec: TrainSpec, step: int) -> torch.Tensor:
     """(B, T) random windows; the seed depends only on (seed, step), so resuming repeats it.
     The model shifts labels itself, so inputs and labels are the same window."""
-    rng = np.random.default_rng([spec.seed, step])
+    rng = numpy_generator(spec.seed, "batch", step)
     starts = rng.integers(0, len(tokens) - spec.seq_len, size=spec.batch_size)
     windows = np.stack([tokens[s : s + spec.seq_len] for s in starts])
     return torch.from_numpy(windows.astype(np.int64))
@@ -82,7 +83,7 @@ def train(
     """Train in place; return the loss curve (one row per eval point). Resumes from
     `checkpoint` if present (and made with the same spec and `fingerprint`, e.g. a hash of
     the architecture) and rewrites it every `ckpt_every` steps."""
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(derive(spec.seed, "train"))
     ckpt = Path(checkpoint) if checkpoint else None
     opt = adamw(model, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
     tag = config_hash([asdict(spec), fingerprint])

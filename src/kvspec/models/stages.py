@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kvspec.seeds import derive
+
 log = logging.getLogger(__name__)
 
 
@@ -29,7 +31,7 @@ def tokenizer_stage(corpus: str, settings: dict[str, Any], seed: int, out: str) 
     from kvspec.models.tokenizer import train_tokenizer
 
     docs = [r["text"] for r in read_jsonl(corpus, "text")]
-    sample = sample_documents(docs, settings["train_bytes"], seed)
+    sample = sample_documents(docs, settings["train_bytes"], derive(seed, "tokenizer documents"))
     tokenizer = train_tokenizer(sample, settings["vocab_size"], settings["model_max_length"])
     log.info("tokenizer: %d tokens, trained on %d documents", len(tokenizer), len(sample))
     with atomic_path(out) as tmp:

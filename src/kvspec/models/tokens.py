@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 from kvspec.data.records import read_jsonl
 from kvspec.io import atomic_path
 from kvspec.models.corpus import split_stream, tokenize_documents
+from kvspec.seeds import derive, numpy_generator
 
 
 def save_array(path: str | Path, array: np.ndarray) -> None:
@@ -26,11 +27,11 @@ def token_streams(
     records = read_jsonl(corpus, "text")
     # the corpus is written source by source: shuffle documents first (seeded) so that the
     # held-out blocks sample every source, not one or two
-    order = np.random.default_rng(seed).permutation(len(records))
+    order = numpy_generator(seed, "corpus order").permutation(len(records))
     records = [records[i] for i in order]
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = tokenize_documents([r["text"] for r in records], tokenizer, tokenizer.eos_token_id)
-    train, val = split_stream(tokens, val_fraction, seed)
+    train, val = split_stream(tokens, val_fraction, derive(seed, "validation blocks"))
     chars = sum(len(r["text"]) for r in records)
     by_source: dict[str, int] = {}
     for r in records:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kvspec.pipeline.simulate import Calibration
+from kvspec.seeds import derive
 from kvspec.timing import median_seconds
 
 FEEDS = (1, 2, 4, 8)
@@ -38,7 +39,7 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module, *, context: int, 
 
     cfg = target.config
     layers = cfg.num_hidden_layers
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(derive(seed, "context"))
     ctx = torch.randint(0, cfg.vocab_size, (context,), generator=gen).tolist()
     stage = Stage(target, range(layers), head=True)
     stage(stage.embed_tokens(ctx))  # the cache every timing starts from

@@ -21,6 +21,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvspec.seeds import python_random
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -162,7 +164,7 @@ def simulate(cal: Calibration, link: Link, setting: Setting) -> dict[str, Any]:
     if not 0.0 <= setting.alpha <= 1.0:
         raise ValueError(f"alpha must lie in [0, 1], not {setting.alpha}")
     pipe = Pipeline(cal, link, setting.nodes)
-    out = strategies[setting.strategy](pipe, setting, random.Random(setting.seed))
+    out = strategies[setting.strategy](pipe, setting, python_random(setting.seed, "strategy"))
     return {**out.metrics(), **vars(setting)}
 
 
@@ -233,7 +235,7 @@ class _Head:
         (index, attempt), so variants of the loop see the same drafts in the same order."""
         attempt = self.attempts.get(index, 0)
         self.attempts[index] = attempt + 1
-        return random.Random(f"{self.s.seed}-{index}-{attempt}").random() < self.s.alpha
+        return python_random(self.s.seed, "accept", index, attempt).random() < self.s.alpha
 
     def valid(self) -> list[_Run]:
         return [r for r in self.pipe.inflight if not r.invalid]

@@ -26,6 +26,7 @@ from typing import Any
 from kvspec.remote import protocol as p
 from kvspec.remote.link import PROFILES, ShapedSocket
 from kvspec.remote.payload import KINDS, client_receive
+from kvspec.seeds import derive
 from kvspec.spec.decode import _ended, _truncate_at_eos
 
 
@@ -113,7 +114,7 @@ def remote_generate(address: tuple[str, int], prompt: list[int], drafter: Any,
 def _connect(address: tuple[str, int], profile: str, seed: int, timeout_s: float) -> ShapedSocket:
     sock = socket.create_connection(address, timeout=timeout_s)
     sock.settimeout(timeout_s)
-    return ShapedSocket(sock, PROFILES[profile], seed)
+    return ShapedSocket(sock, PROFILES[profile], derive(seed, "client link"))
 
 
 def _draft(drafter: Any, seq: list[int], k: int, budget: int) -> tuple[list[int], list[int]]:

@@ -23,6 +23,7 @@ import torch
 from kvspec.remote import protocol as p
 from kvspec.remote.link import PROFILES, ShapedSocket
 from kvspec.remote.payload import KINDS, server_blocks
+from kvspec.seeds import derive
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int
         raise p.ProtocolError(f"expected HELLO, got {p.KINDS[frame.kind]}")
     settings, prompt = p.decode_hello(frame.payload)
     link = ShapedSocket(conn, PROFILES[settings.get("profile", profile)],
-                        int(settings.get("seed", seed)) + 1)  # fmt: skip
+                        derive(int(settings.get("seed", seed)), "server link"))  # fmt: skip
     session = Session(target, prompt, settings, heads or {})
     seq = 0
     link.sendall(p.pack(p.VERDICT, seq, p.encode_verdict([], session.first, compress=True,
@@ -147,7 +148,8 @@ def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
             conn, _ = server.accept()
             with conn:
                 try:
-                    handle(conn, target, profile, seed + served, timeout_s, loaded)
+                    session_seed = derive(seed, "session", served)
+                    handle(conn, target, profile, session_seed, timeout_s, loaded)
                 except Exception as err:  # noqa: BLE001 - a bad session must not end the server
                     log.warning("session %d ended: %s", served, err)
                     _try_error(conn, str(err))

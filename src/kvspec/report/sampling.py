@@ -16,6 +16,7 @@ from kvspec.io import read_json, write_text
 from kvspec.report.figures import plt, save_figure
 from kvspec.report.stats import bootstrap_ci, sign_flip_pvalue
 from kvspec.report.tables import read_paper_table, to_markdown
+from kvspec.seeds import derive
 
 
 def _table(df: pd.DataFrame, out: dict[str, str], title: str, notes: list[str]) -> None:
@@ -197,13 +198,15 @@ def passk_frame(item: dict[str, Any], inputs: dict[str, list[str]]) -> pd.DataFr
             mine = [res["per_task"][t][f"pass@{k}"] for t in tasks]
             ref = [base["per_task"][t][f"pass@{k}"] for t in tasks]
             diff = np.subtract(mine, ref)
-            lo, hi = bootstrap_ci(mine, item["bootstrap"], item["seed"])
-            dlo, dhi = bootstrap_ci(diff, item["bootstrap"], item["seed"])
+            seed = derive(item["seed"], res["method"], k)
+            lo, hi = bootstrap_ci(mine, item["bootstrap"], derive(seed, "pass@k"))
+            dlo, dhi = bootstrap_ci(diff, item["bootstrap"], derive(seed, "difference"))
             rows.append({"method": res["method"], "k": k, "pass@k": float(np.mean(mine)),
                          "ci_low": lo, "ci_high": hi, "minus_baseline": float(diff.mean()),
                          "diff_ci_low": dlo, "diff_ci_high": dhi,
-                         "p_value": sign_flip_pvalue(diff, item["bootstrap"], item["seed"])
-                         if res is not base else None, "problems": len(tasks),
+                         "p_value": None if res is base else sign_flip_pvalue(
+                             diff, item["bootstrap"], derive(seed, "sign flips")),
+                         "problems": len(tasks),
                          "samples": res["per_task"][tasks[0]]["n"]})  # fmt: skip
     return pd.DataFrame(rows)
 

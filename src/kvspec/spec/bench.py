@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from kvspec.io import read_json
+from kvspec.seeds import derive
 from kvspec.spec.adaptive import AdaptiveDrafter, Calibration
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, InfiniGramDrafter, PromptLookupDrafter
@@ -197,7 +198,7 @@ def _ngram_drafter(name: str, index: str, setup: Setup) -> InfiniGramDrafter:
         raise ValueError(f"{name} needs the {index!r} index; have {sorted(setup.engines)}")
     return InfiniGramDrafter(
         setup.engines[index], confidence=setup.confidence, min_match=setup.min_match,
-        sample=False, seed=setup.seed,
+        sample=False, seed=derive(setup.seed, "draft"),
     )  # fmt: skip
 
 
@@ -216,7 +217,7 @@ def _sd_method(name: str, setup: Setup) -> Method:
         t0 = time.perf_counter()
         tokens, steps = speculative_generate(
             setup.target, prompt, drafter, setup.max_new_tokens, k,
-            mode=setup.mode, eos_token_id=setup.stops, seed=setup.seed,
+            mode=setup.mode, eos_token_id=setup.stops, seed=derive(setup.seed, "verify"),
         )  # fmt: skip
         return _sd_run(tokens, steps, time.perf_counter() - t0)
 

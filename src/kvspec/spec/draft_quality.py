@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from kvspec.seeds import derive
 from kvspec.spec.decode import speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter, crop_to
 
@@ -36,7 +37,7 @@ class _CachedModel:
 
         self.model, self.cache_len = model.eval(), cache_len
         self.vocab = model.config.vocab_size
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(derive(seed, "cache context"))
         self.cache = DynamicCache()
         self._forward(self._tokens(cache_len))
 

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
 from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.provenance import config_hash
+from kvspec.seeds import derive, python_random
 from kvspec.spec.target_states import TargetStates
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def evaluate(kind: str, head: nn.Module, target: nn.Module, val: list[Sequence],
              weights: HeadLoss, seed: int, states: States) -> dict[str, float]:  # fmt: skip
     """Mean validation loss (the same seeded verification periods at every evaluation)."""
     head.eval()
-    rng = random.Random(seed)
+    rng = python_random(seed, "validation periods")
     parts = [sequence_loss(kind, head, target, s, rng, weights, states)[1] for s in val]
     head.train()
     return {f"val_{k}": sum(p[k] for p in parts) / len(parts) for k in parts[0]}
@@ -88,7 +89,7 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         raise ValueError("no training sequences")
     for p in target.parameters():
         p.requires_grad_(False)
-    torch.manual_seed(spec.seed)
+    torch.manual_seed(derive(spec.seed, "train"))
     opt = adamw(head, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
     tag = config_hash([kind, asdict(spec), asdict(weights), len(train)])
     ckpt = Path(checkpoint) if checkpoint else None
@@ -100,7 +101,7 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         for group in opt.param_groups:
             group["lr"] = lr_at(step, spec)
         chunk = [train[i] for i in batch_indices(len(train), spec, step)]
-        rng = random.Random(f"{spec.seed}-{step}")  # MoA's periods: a function of the step
+        rng = python_random(spec.seed, "periods", step)  # MoA's periods: a function of the step
         for seq in chunk:
             loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states)
             (loss / len(chunk)).backward()

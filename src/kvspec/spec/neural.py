@@ -21,6 +21,7 @@ from torch import nn
 
 from kvspec.io import atomic_path, write_json, write_text
 from kvspec.provenance import provenance
+from kvspec.seeds import derive
 
 log = logging.getLogger(__name__)
 KINDS = ("moa", "eagle", "independent")
@@ -88,7 +89,7 @@ def head_train_stage(
     from kvspec.spec.target_states import StateCache, weights_fingerprint
 
     use_threads(threads)
-    torch.manual_seed(seed)
+    torch.manual_seed(derive(seed, "init"))
     target, _ = load_model(inputs["target"], dtype=dtype, device=device)
     seqs = distil_sequences(read_jsonl(inputs["responses"]), max_len=data["max_len"],
                             prompt_loss=False)  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from kvspec.seeds import derive
 from kvspec.spec.decode import greedy_generate, speculative_generate
 from kvspec.spec.drafters import DraftModelDrafter
 from kvspec.spec.sampling import sample_generate
@@ -50,7 +51,11 @@ class Settings:
 
 
 def make_sampler(kind: str, models: Mapping[str, torch.nn.Module], s: Settings) -> Sampler:
-    """`models`: target, and draft (sd, sd_printed) or draft + mid (three_model)."""
+    """`models`: target, and draft (sd, sd_printed) or draft + mid (three_model).
+
+    The sampler's seed is the sample's own (`kvspec.seeds.derive(run_seed, ..., index)`); each
+    random consumer inside a sample (the draft, the intermediary's inner verifier, the target's
+    verifier, classical sampling) draws from its own stream derived from it."""
     if kind == "classical":
         return lambda prompt, seed: _classical(models["target"], prompt, seed, s)
     if kind in ("sd", "sd_printed"):
@@ -58,14 +63,15 @@ def make_sampler(kind: str, models: Mapping[str, torch.nn.Module], s: Settings) 
         return lambda prompt, seed: _speculative(
             models["target"], prompt, seed, s, s.k, verifier,
             DraftModelDrafter(models["draft"], sample=not s.greedy, temperature=s.temperature,
-                              top_p=s.top_p, seed=seed + 1),
+                              top_p=s.top_p, seed=derive(seed, "draft")),
         )  # fmt: skip
     if kind == "three_model":
 
         def run(prompt: Sequence[int], seed: int) -> Sample:
-            drafter = SpeculativeDrafter(models["mid"], models["draft"], s.k_d, s.k_i,
-                                         temperature=s.temperature, top_p=s.top_p, seed=seed,
-                                         sample=not s.greedy)  # fmt: skip
+            drafter = SpeculativeDrafter(
+                models["mid"], models["draft"], s.k_d, s.k_i, temperature=s.temperature,
+                top_p=s.top_p, seed=derive(seed, "three_model"), sample=not s.greedy,
+            )  # fmt: skip
             return _speculative(models["target"], prompt, seed, s, drafter.depth, None, drafter)
 
         return run
@@ -78,7 +84,8 @@ def _classical(model: torch.nn.Module, prompt: Sequence[int], seed: int, s: Sett
         tokens = greedy_generate(model, list(prompt), s.max_new_tokens, list(s.stops))
         return Sample(tokens, time.perf_counter() - start, len(tokens))
     tokens, seconds = sample_generate(model, prompt, s.max_new_tokens, temperature=s.temperature,
-                                      top_p=s.top_p, eos_token_id=s.stops, seed=seed)  # fmt: skip
+                                      top_p=s.top_p, eos_token_id=s.stops,
+                                      seed=derive(seed, "sample"))  # fmt: skip
     return Sample(tokens, seconds, len(tokens))
 
 
@@ -88,7 +95,7 @@ def _speculative(target: torch.nn.Module, prompt: Sequence[int], seed: int, s: S
     tokens, steps = speculative_generate(
         target, list(prompt), drafter, s.max_new_tokens, k,
         mode="greedy" if s.greedy else "sample", temperature=s.temperature, top_p=s.top_p,
-        eos_token_id=list(s.stops), seed=seed, verifier=verifier,
+        eos_token_id=list(s.stops), seed=derive(seed, "verify"), verifier=verifier,
     )  # fmt: skip
     return Sample(tokens, time.perf_counter() - start, len(steps),
                   sum(x.drafted for x in steps), sum(x.accepted for x in steps),

@@ -16,6 +16,7 @@ from kvspec.data.records import read_jsonl
 from kvspec.io import write_json
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
+from kvspec.seeds import derive
 from kvspec.spec.generate import stop_ids
 from kvspec.spec.sampling_methods import Sample, Settings, make_sampler
 
@@ -132,11 +133,12 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
         s = _settings({**settings, "temperature": temperature}, {**method, "k": k}, stops)
         return _row(make_sampler(method["kind"], roles, s)(prompt, run_seed))
 
-    grid = [{"k": k, "temperature": t, "prompt": i, **run(k, t, p, seed + i)}
+    grid = [{"k": k, "temperature": t, "prompt": i, **run(k, t, p, derive(seed, "sweep", i))}
             for t in tqdm(settings["temperatures"], desc="temperatures", mininterval=10)
             for k in settings["ks"] for i, p in enumerate(prompts)]  # fmt: skip
     t2 = settings["figure_2_temperature"]
-    repeats = [{"k": k, "temperature": t2, "repeat": r, **run(k, t2, prompts[0], seed + 1000 + r)}
+    repeats = [{"k": k, "temperature": t2, "repeat": r,
+                **run(k, t2, prompts[0], derive(seed, "repeat", r))}
                for k in tqdm(settings["ks"], desc="figure 2 repeats", mininterval=10)
                for r in range(settings["repeats"])]  # fmt: skip
     write_json(out, {"grid": grid, "repeats": repeats, "method": dict(method),
@@ -165,7 +167,7 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
         prompt = code_prompt(tok, problem, fmt)
         texts = []
         for c in range(settings["completions"]):
-            sample = sampler(prompt, seed + 1000 * p + c)
+            sample = sampler(prompt, derive(seed, "humaneval", p, c))
             texts.append(completion_text(tok, sample.tokens, fmt))
             runs.append({"task_id": problem["task_id"], "completion": texts[-1], **_row(sample)})
             bar.update()
@@ -194,12 +196,12 @@ def timing_stage(models: Mapping[str, str], problems: str, out: str, *, target: 
                                    _settings(settings, m, stops))
                 for name, m in methods.items()}  # fmt: skip
     for sampler in samplers.values():
-        sampler(prompts[0], seed)  # warm-up, discarded
+        sampler(prompts[0], derive(seed, "warm-up"))  # discarded
     rows = []
     for run in tqdm(range(settings["runs"]), desc="timing runs", mininterval=10):
         for name, sampler in samplers.items():
             for i, prompt in enumerate(prompts):
-                sample = sampler(prompt, seed + 100 * run + i)
+                sample = sampler(prompt, derive(seed, "timing", run, i))
                 rows.append({"method": name, "run": run, "prompt": i, **_row(sample)})
     write_json(out, {"rows": rows, "summary": timing_summary(rows), "methods": dict(methods),
                      "settings": dict(settings),
@@ -243,8 +245,9 @@ def math500_stage(models: Mapping[str, str], problems: str, out: str, *, target:
     rows = []
     for kind in ("classical", method["kind"]):
         sampler = make_sampler(kind, roles, _settings(settings, method, stops, greedy=True))
-        for r in tqdm(records, desc=f"math500 {kind}", mininterval=10):
-            sample = sampler(prompt_ids(tok, r["problem"] + settings["instruction"]), seed)
+        for i, r in enumerate(tqdm(records, desc=f"math500 {kind}", mininterval=10)):
+            prompt = prompt_ids(tok, r["problem"] + settings["instruction"])
+            sample = sampler(prompt, derive(seed, "math500", i))
             text = tok.decode(sample.tokens, skip_special_tokens=True)
             rows.append({"method": kind, "id": r["id"], "answer": r["answer"], "response": text,
                          "correct": is_correct(r["answer"], text), **_row(sample)})  # fmt: skip

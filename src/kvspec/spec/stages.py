@@ -8,13 +8,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from transformers import AutoConfig, AutoTokenizer
 
 from kvspec.data.records import read_jsonl, write_jsonl
 from kvspec.io import read_json, read_rows, write_json, write_rows, write_text
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
+from kvspec.seeds import derive, numpy_generator
 from kvspec.spec.corpora import heldout_items, index_documents
 from kvspec.spec.generate import (
     config_stops,
@@ -286,13 +286,16 @@ def draft_latency_stage(
     held = [r for r in read_jsonl(inputs["responses"]) if r["split"] != "index"]
     if not held:
         raise ValueError(f"{inputs['responses']}: no held-out responses to time drafts on")
-    rng = np.random.default_rng(seed)
+    rng = numpy_generator(seed, "latency responses")
     picks = rng.choice(len(held), size=min(settings["responses"], len(held)), replace=False)
     pairs = [(list(held[i]["prompt_ids"]), list(held[i]["response_ids"])) for i in sorted(picks)]
 
     def make() -> InfiniGramDrafter:
         return InfiniGramDrafter(
-            engine, confidence=decode["confidence"], min_match=decode["min_match"], seed=seed
+            engine,
+            confidence=decode["confidence"],
+            min_match=decode["min_match"],
+            seed=derive(seed, "draft"),
         )
 
     result = draft_latency(make, pairs, settings["k"], settings["sequential_contexts"])

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kvspec.seeds import derive
 from kvspec.spec.drafters import Draft, DraftModelDrafter, crop_to
 from kvspec.spec.sampling import warp
 from kvspec.spec.verify import verify_greedy, verify_sampling
@@ -71,10 +72,11 @@ class SpeculativeDrafter:
             raise ValueError(f"need k_d >= 1 and cycles >= 1, got {k_d}, {cycles}")
         self.mid = CachedScorer(mid, temperature, top_p)
         self.draft = DraftModelDrafter(draft, sample=sample, temperature=temperature,
-                                       top_p=top_p, seed=seed + 1)  # fmt: skip
+                                       top_p=top_p, seed=derive(seed, "draft"))  # fmt: skip
         self.sample = sample
         self.k_d, self.cycles, self.verifier = k_d, cycles, verifier
-        self.generator = torch.Generator().manual_seed(seed)
+        # the intermediary's verifier: its own stream, not the target verifier's
+        self.generator = torch.Generator().manual_seed(derive(seed, "verify"))
         self.inner_drafted = self.inner_accepted = 0
 
     @property
