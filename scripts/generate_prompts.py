@@ -1,7 +1,7 @@
 """Rule generate_prompts: SFT prompts of the study, split into index and held-out sets."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import prompts_stage
+from kvspec.ngram.stages import prompts_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule generate_responses: one shard of a model's greedy responses."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import responses_stage
+from kvspec.ngram.stages import responses_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

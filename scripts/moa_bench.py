@@ -1,7 +1,7 @@
 """Rule moa_bench: every drafter (chain and tree) beside greedy and the n-gram baselines."""
 
 from kvspec.logs import log_to
-from kvspec.spec.neural import neural_bench_stage
+from kvspec.neural.heads import neural_bench_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

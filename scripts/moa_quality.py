@@ -1,7 +1,7 @@
 """Rule moa_quality: Table 8's scores of every method's decoded answers."""
 
 from kvspec.logs import log_to
-from kvspec.spec.neural_quality import quality_stage
+from kvspec.neural.quality import quality_stage
 
 with log_to(snakemake.log[0]):
     quality_stage(

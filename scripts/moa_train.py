@@ -1,7 +1,7 @@
 """Rule moa_train: one drafter head trained against the frozen target (document 002)."""
 
 from kvspec.logs import log_to
-from kvspec.spec.neural import head_train_stage
+from kvspec.neural.heads import head_train_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule ngram_index: an infini-gram index over SFT or target responses; build time, bytes/token."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import index_stage
+from kvspec.ngram.stages import index_stage
 
 with log_to(snakemake.log[0]):
     index_stage(

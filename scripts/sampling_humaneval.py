@@ -1,7 +1,7 @@
 """Rule sampling_humaneval: HumanEval pass@k of one decoding method (Figures 6, 8, 9)."""
 
 from kvspec.logs import log_to
-from kvspec.spec.sampling_stages import humaneval_stage
+from kvspec.sampling.stages import humaneval_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

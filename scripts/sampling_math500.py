@@ -1,7 +1,7 @@
 """Rule sampling_math500: MATH-500 accuracy, greedy with and without speculation."""
 
 from kvspec.logs import log_to
-from kvspec.spec.sampling_stages import math500_stage
+from kvspec.sampling.stages import math500_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule sampling_sweep: the draft-length x temperature sweep (document 004, Figures 1-4)."""
 
 from kvspec.logs import log_to
-from kvspec.spec.sampling_stages import sweep_stage
+from kvspec.sampling.stages import sweep_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

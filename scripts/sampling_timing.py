@@ -1,7 +1,7 @@
 """Rule sampling_timing: time per token of every method side by side (Figures 5, 7, 10)."""
 
 from kvspec.logs import log_to
-from kvspec.spec.sampling_stages import timing_stage
+from kvspec.sampling.stages import timing_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule specdecode_acceptance: per-position acceptance of one index on one held-out set."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import acceptance_stage
+from kvspec.ngram.stages import acceptance_stage
 
 with log_to(snakemake.log[0]):
     inp, p, w = snakemake.input, snakemake.params, snakemake.wildcards

@@ -1,7 +1,7 @@
 """Rule specdecode_draft_latency: inf_nkt draft latency on the target-response index."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import draft_latency_stage
+from kvspec.ngram.stages import draft_latency_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule specdecode_draft_quality: a draft's accepted length and cost relative to its target."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import draft_quality_stage
+from kvspec.ngram.stages import draft_quality_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -1,7 +1,7 @@
 """Rule specdecode_speed: every decoding method on one benchmark set, side by side."""
 
 from kvspec.logs import log_to
-from kvspec.spec.stages import speed_stage
+from kvspec.ngram.stages import speed_stage
 
 with log_to(snakemake.log[0]):
     p = snakemake.params

@@ -31,3 +31,15 @@ def tiny_llama(
     )
     model = LlamaForCausalLM(config)
     return (model.double() if double else model).eval()
+
+
+def tree_llama(seed: int, layers: int = 2, attn: str = "sdpa", vocab: int = 48) -> LlamaForCausalLM:
+    """A float64 GQA Llama (hidden 32, 4 query / 2 KV heads, 512 positions) with a chosen
+    attention implementation: the tree tests' model (tree masks reach sdpa and eager)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        attn_implementation=attn,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).double().eval()

@@ -9,9 +9,9 @@ from typing import Any
 
 import jsonschema
 
+from kvspec.errors import ConfigError
 
-class ConfigError(ValueError):
-    """A config value is wrong; the message names the key."""
+__all__ = ["ConfigError", "schema_defaults", "validate"]
 
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -62,6 +62,22 @@ def validate(config: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[str, 
         raise ConfigError("invalid config:\n  " + "\n  ".join(lines))
     check_cross_keys(filled)
     return canonical(filled)
+
+
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def schema_defaults(*keys: str, schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The schema's defaults of the config block at `keys` (e.g. "spec", "decode"): what a
+    user of the library gets without a config file, from the one place defaults live."""
+    import yaml
+
+    node = schema if schema is not None else yaml.safe_load(SCHEMA.read_text())
+    for key in keys:
+        node = node["properties"][key]
+    block: dict[str, Any] = {}
+    _defaulting_validator()(node).validate(block)
+    return block
 
 
 def canonical(obj: Any) -> Any:
@@ -135,15 +151,15 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
     check_distil(config)
     check_care(config)
     if config.get("spec"):
-        from kvspec.spec.settings import check_spec  # spec.settings imports ConfigError from here
+        from kvspec.ngram.settings import check_spec
 
         check_spec(config)
     if config.get("sampling"):
-        from kvspec.spec.sampling_settings import check_sampling
+        from kvspec.sampling.settings import check_sampling
 
         check_sampling(config)
     if config.get("lecture"):
-        from kvspec.lecture.settings import check_lecture  # imports ConfigError from here
+        from kvspec.lecture.settings import check_lecture
 
         check_lecture(config)
 

@@ -4,8 +4,8 @@ tokens; continuous batching wastes no slot on finished rows."""
 import pytest
 import torch
 
+from kvspec.decoding.loop import greedy_generate
 from kvspec.lecture import scheduler as sch
-from kvspec.spec.decode import greedy_generate
 from tests.tiny import tiny_llama
 
 

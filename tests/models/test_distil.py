@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from kvspec.care.heal import kd_loss
+from kvspec.decoding.loop import greedy_generate
 from kvspec.models import distil
 from kvspec.models.distil import (
     DistilSpec,
@@ -27,7 +28,6 @@ from kvspec.models.distil import (
     teacher_targets,
     topk_kl,
 )
-from kvspec.spec.decode import greedy_generate
 
 from ..tiny import tiny_llama
 
@@ -260,10 +260,10 @@ def test_distil_model_without_teacher_pass_when_beta_is_zero(teacher, records) -
 def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from kvspec.decoding.generate import prompt_ids
     from kvspec.models.build import build_model
     from kvspec.models.stages import distil_stage
     from kvspec.models.tokenizer import train_tokenizer
-    from kvspec.spec.generate import prompt_ids
 
     tok = train_tokenizer(["def f(x): return x + 1\n" * 20, "hello world " * 20], 300, 64)
     arch = {**ARCH, "hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2}

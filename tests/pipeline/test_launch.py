@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from kvspec.decoding.loop import greedy_generate
 from kvspec.pipeline.launch import PipelineRun, launch_local
-from kvspec.spec.decode import greedy_generate
 from tests.pipeline.test_stage import tiny_llama
 
 PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 14

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvspec.decoding.draft_model import DraftModelDrafter
+from kvspec.decoding.loop import greedy_generate
 from kvspec.pipeline.cells import CANONICAL
 from kvspec.pipeline.pipeinfer import (
     Cutoff,
@@ -18,8 +20,6 @@ from kvspec.pipeline.pipeinfer import (
     consistent,
 )
 from kvspec.pipeline.stage import Stage
-from kvspec.spec.decode import greedy_generate
-from kvspec.spec.drafters import DraftModelDrafter
 from tests.pipeline.test_stage import tiny_llama
 
 PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 24

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from kvspec.decoding.loop import greedy_generate
 from kvspec.pipeline.launch import PipelineRun, launch_srun
-from kvspec.spec.decode import greedy_generate
 from tests.local_slurm import LocalSlurm, SlurmUnavailable, missing_requirements
 from tests.pipeline.test_launch import NEW, PROMPT
 from tests.pipeline.test_stage import tiny_llama

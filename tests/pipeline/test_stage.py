@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from kvspec.decoding.tree import causal_mask
 from kvspec.pipeline.stage import Stage, split_layers
-from kvspec.spec.tree import causal_mask
 
 
 def tiny_llama(seed: int = 0, layers: int = 5, vocab: int = 64) -> LlamaForCausalLM:

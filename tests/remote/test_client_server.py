@@ -15,14 +15,14 @@ import time
 import pytest
 import torch
 
+from kvspec.decoding.draft_model import DraftModelDrafter
+from kvspec.decoding.loop import greedy_generate, speculative_generate
+from kvspec.decoding.tree import tree_generate
+from kvspec.neural.eagle import EagleDrafter, EagleHead
+from kvspec.neural.heads import build_head, make_drafter
 from kvspec.remote import protocol as p
 from kvspec.remote.client import RemoteError, remote_generate
-from kvspec.spec.decode import greedy_generate, speculative_generate
-from kvspec.spec.drafters import DraftModelDrafter
-from kvspec.spec.eagle import EagleDrafter, EagleHead
-from kvspec.spec.neural import build_head, make_drafter
-from kvspec.spec.tree import tree_generate
-from tests.spec.test_tree import _llama
+from tests.tiny import tree_llama
 
 PROMPT, NEW = [3, 17, 5, 9, 21, 8], 20
 SIZES = {"lsa_intermediate": 16, "sa_intermediate": 16, "ca_intermediate": 32}
@@ -35,14 +35,14 @@ TREE = {"depth": 3, "topk": 2, "total": 5}
 @pytest.fixture(scope="module")
 def target_dir(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("remote") / "target"
-    _llama(0, layers=3).save_pretrained(path)
+    tree_llama(0, layers=3).save_pretrained(path)
     return str(path)
 
 
 @pytest.fixture(scope="module")
 def head_files(tmp_path_factory) -> dict[str, str]:
     """Untrained heads of every kind, saved as the moa stage saves them."""
-    target, files = _llama(0, layers=3), {}
+    target, files = tree_llama(0, layers=3), {}
     for i, (name, decl) in enumerate(HEADS.items()):
         torch.manual_seed(10 + i)
         path = tmp_path_factory.mktemp("heads") / f"{name}.pt"
@@ -79,9 +79,9 @@ def _recording(drafter):
 
 
 def _drafter(name: str, head_files, tree: bool):
-    from kvspec.spec.neural import load_head
+    from kvspec.neural.heads import load_head
 
-    target = _llama(0, layers=3)
+    target = tree_llama(0, layers=3)
     head, decl = load_head(head_files[name], target)
     return target, make_drafter(decl["kind"], head, target, TREE if tree else None), decl["kind"]
 
@@ -163,8 +163,8 @@ def server(target_dir, tmp_path):
 @pytest.mark.parametrize("profile", ["none", "5G"])
 def test_client_server_greedy_equals_local_greedy(server, profile) -> None:
     _, address = server
-    target = _llama(0, layers=3)
-    drafter = DraftModelDrafter(_llama(5, layers=1))
+    target = tree_llama(0, layers=3)
+    drafter = DraftModelDrafter(tree_llama(5, layers=1))
     out = remote_generate(address, PROMPT, drafter, NEW, 3, profile=profile, seed=1)
     assert out.tokens == greedy_generate(target, PROMPT, NEW) and out.disconnected is None
     assert out.sent[1] == p.HEADER.size + 4 * 3  # the first draft: 3 nodes, 4 bytes each
@@ -175,7 +175,7 @@ def test_client_server_greedy_equals_local_greedy(server, profile) -> None:
 
 def test_self_drafting_gets_the_targets_features(server) -> None:
     _, address = server
-    target = _llama(0, layers=3)
+    target = tree_llama(0, layers=3)
     torch.manual_seed(2)
     drafter = EagleDrafter(EagleHead(target), target)
     out = remote_generate(address, PROMPT, drafter, NEW, 3, kind="eagle")
@@ -188,10 +188,10 @@ def test_self_drafting_gets_the_targets_features(server) -> None:
 
 def test_a_cut_link_finishes_with_the_drafter_alone(server) -> None:
     _, address = server
-    draft_model = _llama(5, layers=1)
+    draft_model = tree_llama(5, layers=1)
     out = remote_generate(address, PROMPT, DraftModelDrafter(draft_model), NEW, 3,
                           disconnect_after=8)  # fmt: skip
-    reference = greedy_generate(_llama(0, layers=3), PROMPT, NEW)
+    reference = greedy_generate(tree_llama(0, layers=3), PROMPT, NEW)
     assert "cut after 8" in out.disconnected and out.verified == 8
     assert out.tokens[: out.verified] == reference[: out.verified]
     rest = greedy_generate(draft_model, PROMPT + out.tokens[: out.verified], NEW - out.verified)
@@ -200,7 +200,7 @@ def test_a_cut_link_finishes_with_the_drafter_alone(server) -> None:
 
 def test_a_killed_server_fails_naming_why_or_falls_back(target_dir, tmp_path) -> None:
     proc, address = _server(target_dir, tmp_path)
-    drafter = DraftModelDrafter(_llama(5, layers=1))
+    drafter = DraftModelDrafter(tree_llama(5, layers=1))
     proc.kill()
     proc.wait()
     with pytest.raises(RemoteError, match="stopped answering after 0 new tokens"):
@@ -226,7 +226,7 @@ def _fake_server(reply: bytes | None) -> tuple[socket.socket, tuple[str, int]]:
 
 
 def test_a_truncated_reply_raises_and_a_silent_server_times_out() -> None:
-    drafter = DraftModelDrafter(_llama(5, layers=1))
+    drafter = DraftModelDrafter(tree_llama(5, layers=1))
     listener, address = _fake_server(p.pack(p.VERDICT, 0, p.encode_verdict([1, 2]))[:-4])
     with listener, pytest.raises(p.ProtocolError, match="truncated VERDICT payload"):
         remote_generate(address, PROMPT, drafter, NEW, 3, timeout_s=10)
@@ -238,7 +238,7 @@ def test_a_truncated_reply_raises_and_a_silent_server_times_out() -> None:
 
 
 def test_a_dropped_draft_times_out_into_the_fallback() -> None:
-    draft_model = _llama(5, layers=1)
+    draft_model = tree_llama(5, layers=1)
     listener, address = _fake_server(p.pack(p.VERDICT, 0, p.encode_verdict([])))  # then silent
     start = time.monotonic()
     with listener:
@@ -264,8 +264,8 @@ def _dying(drafter, proc):
 
 
 def test_a_server_restart_mid_generation_falls_back_then_serves_again(target_dir, tmp_path) -> None:
-    reference = greedy_generate(_llama(0, layers=3), PROMPT, NEW)
-    draft_model = _llama(5, layers=1)
+    reference = greedy_generate(tree_llama(0, layers=3), PROMPT, NEW)
+    draft_model = tree_llama(5, layers=1)
     proc, address = _server(target_dir, tmp_path / "a")
     out = remote_generate(address, PROMPT, _dying(DraftModelDrafter(draft_model), proc), NEW, 3,
                           timeout_s=5)  # fmt: skip

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pandas as pd
 
 from kvspec.eval.humaneval import load_problems
+from kvspec.neural.heads import load_head
 from kvspec.remote.stage import _score, _Settings, start_server
 from kvspec.report import remote as report
-from kvspec.spec.neural import load_head
 from tests.remote.test_client_server import HEADS, TREE, head_files, target_dir  # noqa: F401
-from tests.spec.test_tree import _llama
+from tests.tiny import tree_llama
 
 PAPER = "config/paper_results/moa_table_{}.csv"
 
@@ -27,7 +27,7 @@ class _Tokenizer:
 
 
 def test_a_job_runs_scores_and_renders(target_dir, head_files, tmp_path) -> None:  # noqa: F811
-    target = _llama(0, layers=3)
+    target = tree_llama(0, layers=3)
     head, decl = load_head(head_files["moa1"], target)
     proc, address = start_server(target_dir, {"moa1": head_files["moa1"]}, "float64",
                                  str(tmp_path))  # fmt: skip

@@ -83,7 +83,7 @@ def test_acceptance_tables_from_rows(tmp_path: Path) -> None:
 
 
 def test_exact_length_bins_with_target_confidence_columns():
-    from kvspec.eval.acceptance_stats import by_exact_match_length
+    from kvspec.ngram.acceptance_stats import by_exact_match_length
 
     rows = pd.DataFrame({
         "suffix_len": [0, 0, 3, 40], "acceptance": [0.1, 0.3, 0.5, 0.9], "q_top1": 0.5,

@@ -1,5 +1,6 @@
 # Shared by every stage file: the validated config, the experiment plan, wildcard constraints
-# and path helpers. Which jobs, variants and report rows exist is decided by kvspec.plan.
+# and path helpers. Which jobs, variants and report rows exist is decided by kvspec.plan; every
+# path pattern is kvspec.plan.paths (P) and every wildcard's regex kvspec.plan.names.
 import re
 from pathlib import Path
 
@@ -8,6 +9,8 @@ from snakemake.exceptions import WorkflowError
 
 from kvspec.config import ConfigError, validate
 from kvspec.plan import Plan
+from kvspec.plan import paths as P
+from kvspec.plan.names import WILDCARDS
 
 _schema = Path(workflow.basedir) / "workflow/schemas/config.schema.yaml"
 try:

@@ -10,14 +10,14 @@ if PLAN.care:
         input:
             unpack(PLAN.care.factor_inputs),
         output:
-            "results/convert/{model}/factors/{fact}-{calib}.safetensors",
+            P.FACTORS,
         log:
-            "logs/convert/{model}/factors/{fact}-{calib}.log",
+            P.LOG["convert_factorize"],
         benchmark:
-            "benchmarks/convert/{model}/factors/{fact}-{calib}.tsv"
+            P.BENCH["convert_factorize"]
         wildcard_constraints:
-            fact="svd|asvd|care",
-            calib=r"none|[a-z0-9_]+-n\d+-t\d+",
+            fact=WILDCARDS["fact"],
+            calib=WILDCARDS["calib"],
         conda:
             env_path("training")
         threads: 1
@@ -33,15 +33,15 @@ if PLAN.care:
 
     rule convert_allocate:
         input:
-            "results/convert/{model}/factors/{fact}-{calib}.safetensors",
+            P.FACTORS,
         output:
-            "results/convert/{model}/ranks/{fact}-{calib}/{alloc}-r{rank}.json",
+            P.RANK_PLAN_ALLOCATED,
         log:
-            "logs/convert/{model}/ranks/{fact}-{calib}/{alloc}-r{rank}.log",
+            P.LOG["convert_allocate"],
         wildcard_constraints:
-            fact="svd|asvd|care",
-            alloc="uniform|waterfill",
-            rank=r"\d+",
+            fact=WILDCARDS["fact"],
+            alloc=WILDCARDS["alloc"],
+            rank=WILDCARDS["rank"],
         conda:
             env_path("training")
         threads: 1
@@ -50,14 +50,14 @@ if PLAN.care:
 
     rule convert_sensitivity:
         input:
-            "results/convert/{model}/factors/{fact}-{calib}.safetensors",
+            P.FACTORS,
         output:
-            "results/convert/{model}/ranks/{fact}-{calib}/{plan}.json",
+            P.RANK_PLAN,
         log:
-            "logs/convert/{model}/ranks/{fact}-{calib}/{plan}.log",
+            P.LOG["convert_sensitivity"],
         wildcard_constraints:
-            fact="svd|asvd|care",
-            plan=r"halve-l\d+|svgroup-g\d+",
+            fact=WILDCARDS["fact"],
+            plan=WILDCARDS["sensitivity"],
         conda:
             env_path("training")
         threads: 1
@@ -68,18 +68,18 @@ if PLAN.care:
 
     rule convert_mla:
         input:
-            model="results/models/{model}",
-            factors="results/convert/{model}/factors/{fact}-{calib}.safetensors",
-            plan="results/convert/{model}/ranks/{fact}-{calib}/{plan}.json",
+            model=P.MODEL,
+            factors=P.FACTORS,
+            plan=P.RANK_PLAN,
         output:
-            directory("results/convert/{model}/models/{fact}-{calib}/{plan}"),
+            directory(P.CONVERTED),
         log:
-            "logs/convert/{model}/models/{fact}-{calib}/{plan}.log",
+            P.LOG["convert_mla"],
         benchmark:
-            "benchmarks/convert/{model}/models/{fact}-{calib}/{plan}.tsv"
+            P.BENCH["convert_mla"]
         wildcard_constraints:
-            fact="svd|asvd|care",
-            plan=r"(uniform|waterfill)-r\d+|halve-l\d+|svgroup-g\d+",
+            fact=WILDCARDS["fact"],
+            plan=WILDCARDS["plan"],
         conda:
             env_path("training")
         threads: 1
@@ -95,11 +95,11 @@ if PLAN.care:
             input:
                 lambda wildcards: list(PLAN.care.decode_speed_models().values()),
             output:
-                "results/convert/{model}/decode_speed.json",
+                P.DECODE_SPEED,
             log:
-                "logs/convert/{model}/decode_speed.log",
+                P.LOG["convert_decode_speed"],
             benchmark:
-                "benchmarks/convert/{model}/decode_speed.tsv"
+                P.BENCH["convert_decode_speed"]
             wildcard_constraints:
                 model=one_of([PLAN.care.main]),
             conda:

@@ -6,16 +6,16 @@ if PLAN.care:
 
     rule covariance_collect:
         input:
-            model="results/models/{model}",
+            model=P.MODEL,
             data=PLAN.care.calib_data,
         output:
-            "results/covariance/{model}/{calib}.safetensors",
+            P.COVARIANCE,
         log:
-            "logs/covariance/{model}/{calib}.log",
+            P.LOG["covariance_collect"],
         benchmark:
-            "benchmarks/covariance/{model}/{calib}.tsv"
+            P.BENCH["covariance_collect"]
         wildcard_constraints:
-            calib=r"[a-z0-9_]+-n\d+-t\d+",
+            calib=WILDCARDS["covariance"],
         conda:
             env_path("training")
         threads: 2

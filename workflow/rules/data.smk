@@ -4,10 +4,10 @@
 
 rule data_normalize:
     output:
-        data="results/data/{dataset}.jsonl",
-        meta="results/data/{dataset}.meta.json",
+        data=P.DATA,
+        meta=P.DATA_META,
     log:
-        "logs/data/{dataset}.log",
+        P.LOG["data_normalize"],
     conda:
         env_path("training")
     params:

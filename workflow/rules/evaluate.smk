@@ -7,14 +7,14 @@ if PLAN.care:
 
     rule evaluate_original:
         input:
-            model="results/models/{model}",
+            model=P.MODEL,
             data=PLAN.evaluate.original_data,
         output:
-            "results/evaluate/{model}/original.json",
+            P.EVALUATION_ORIGINAL,
         log:
-            "logs/evaluate/{model}/original.log",
+            P.LOG["evaluate_original"],
         benchmark:
-            "benchmarks/evaluate/{model}/original.tsv"
+            P.BENCH["evaluate_original"]
         conda:
             env_path("evaluation")
         threads: 1
@@ -32,18 +32,18 @@ if PLAN.care:
 
     rule evaluate_lmeval:
         input:
-            model="results/convert/{model}/models/{fact}-{calib}/{plan}",
-            base="results/models/{model}",  # the converted model reads its unchanged weights here
+            model=P.CONVERTED,
+            base=P.MODEL,  # the converted model reads its unchanged weights here
             data=PLAN.evaluate.converted_data,
         output:
-            "results/evaluate/{model}/{fact}-{calib}/{plan}.json",
+            P.EVALUATION_CONVERTED,
         log:
-            "logs/evaluate/{model}/{fact}-{calib}/{plan}.log",
+            P.LOG["evaluate_lmeval"],
         benchmark:
-            "benchmarks/evaluate/{model}/{fact}-{calib}/{plan}.tsv"
+            P.BENCH["evaluate_lmeval"]
         wildcard_constraints:
-            fact="svd|asvd|care",
-            plan=r"(uniform|waterfill)-r\d+|halve-l\d+|svgroup-g\d+",
+            fact=WILDCARDS["fact"],
+            plan=WILDCARDS["plan"],
         conda:
             env_path("evaluation")
         threads: 1
@@ -64,17 +64,17 @@ if PLAN.heal:
 
     rule evaluate_healed:
         input:
-            model="results/heal/{model}/{method}/tokens-{budget}",
+            model=P.HEALED,
             data=PLAN.evaluate.healed_data,
         output:
-            "results/evaluate/{model}/heal-{method}/tokens-{budget}.json",
+            P.EVALUATION_HEALED,
         log:
-            "logs/evaluate/{model}/heal-{method}/tokens-{budget}.log",
+            P.LOG["evaluate_healed"],
         benchmark:
-            "benchmarks/evaluate/{model}/heal-{method}/tokens-{budget}.tsv"
+            P.BENCH["evaluate_healed"]
         wildcard_constraints:
             method=one_of(PLAN.heal.methods if PLAN.heal else []),
-            budget=r"\d+",
+            budget=WILDCARDS["budget"],
         conda:
             env_path("evaluation")
         threads: 1

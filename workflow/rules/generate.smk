@@ -9,9 +9,9 @@ if PLAN.spec:
         input:
             **PLAN.spec.prompt_sources(),
         output:
-            "results/generate/prompts.jsonl",
+            P.PROMPTS,
         log:
-            "logs/generate/prompts.log",
+            P.LOG["generate_prompts"],
         conda:
             env_path("evaluation")
         params:
@@ -23,17 +23,17 @@ if PLAN.spec:
 
     rule generate_responses:
         input:
-            prompts="results/generate/prompts.jsonl",
-            model="results/models/{model}",
+            prompts=P.PROMPTS,
+            model=P.MODEL,
         output:
-            "results/generate/{model}/shards/{shard}.jsonl",
+            P.SHARD,
         log:
-            "logs/generate/{model}/{shard}.log",
+            P.LOG["generate_responses"],
         benchmark:
-            "benchmarks/generate/{model}/{shard}.tsv"
+            P.BENCH["generate_responses"]
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
-            shard=r"\d+",
+            shard=WILDCARDS["shard"],
         conda:
             env_path("evaluation")
         threads: 2
@@ -49,7 +49,7 @@ if PLAN.spec:
             batch_size=config["spec"]["generate"]["batch_size"],
             device=config["resources"]["device"],
             dtype=config["resources"]["dtype"],
-            checkpoint="resources/checkpoints/generate/{model}/{shard}.jsonl",
+            checkpoint=P.SHARD_STATE,
         script:
             script_path("generate_responses.py")
 
@@ -57,9 +57,9 @@ if PLAN.spec:
         input:
             PLAN.spec.shards,
         output:
-            "results/generate/{model}/responses.jsonl",
+            P.RESPONSES,
         log:
-            "logs/generate/{model}/gather.log",
+            P.LOG["generate_gather"],
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
         conda:

@@ -8,14 +8,14 @@ if PLAN.heal:
 
     rule heal_restore:
         input:
-            model="results/models/{model}",
+            model=P.MODEL,
             stats=PLAN.heal.restore_stats,
         output:
-            directory("results/heal/{model}/init/{method}"),
+            directory(P.HEAL_INIT),
         log:
-            "logs/heal/{model}/init/{method}.log",
+            P.LOG["heal_restore"],
         benchmark:
-            "benchmarks/heal/{model}/init/{method}.tsv"
+            P.BENCH["heal_restore"]
         wildcard_constraints:
             method=one_of(PLAN.heal.restored()),
         conda:
@@ -37,16 +37,16 @@ if PLAN.heal:
     rule heal_train:
         input:
             student=PLAN.heal.student,
-            teacher="results/models/{model}",
+            teacher=P.MODEL,
             data=PLAN.heal.data(),
         output:
             models=[directory(path) for path in PLAN.heal.checkpoints()],
-            curve="results/heal/{model}/{method}/curve.csv",
-            stats="results/heal/{model}/{method}/stats.json",
+            curve=P.HEAL_CURVE,
+            stats=P.HEAL_STATS,
         log:
-            "logs/heal/{model}/{method}.log",
+            P.LOG["heal_train"],
         benchmark:
-            "benchmarks/heal/{model}/{method}.tsv"
+            P.BENCH["heal_train"]
         wildcard_constraints:
             method=one_of(PLAN.heal.methods),
         conda:
@@ -61,6 +61,6 @@ if PLAN.heal:
             data_opts=config["care"]["heal"]["data"],
             train=config["care"]["heal"]["train"],
             seed=config["seed"],
-            state="resources/checkpoints/heal/{model}/{method}.pt",
+            state=P.HEAL_STATE,
         script:
             script_path("heal_train.py")

@@ -9,11 +9,11 @@ if PLAN.lecture:
         input:
             model=PLAN.lecture.model_dir(),
         output:
-            "results/lecture/roofline.json",
+            P.lecture("roofline"),
         log:
-            "logs/lecture/roofline.log",
+            P.lecture("roofline", "log"),
         benchmark:
-            "benchmarks/lecture/roofline.tsv"
+            P.lecture("roofline", "benchmark")
         conda:
             env_path("evaluation")
         threads: 2
@@ -29,13 +29,13 @@ if PLAN.lecture:
     rule lecture_batching:
         input:
             model=PLAN.lecture.model_dir(),
-            roofline="results/lecture/roofline.json",
+            roofline=P.lecture("roofline"),
         output:
-            "results/lecture/batching.json",
+            P.lecture("batching"),
         log:
-            "logs/lecture/batching.log",
+            P.lecture("batching", "log"),
         benchmark:
-            "benchmarks/lecture/batching.tsv"
+            P.lecture("batching", "benchmark")
         conda:
             env_path("evaluation")
         threads: 2
@@ -55,11 +55,11 @@ if PLAN.lecture:
         input:
             PLAN.lecture.kv_inputs(),
         output:
-            "results/lecture/kv_cache.json",
+            P.lecture("kv_cache"),
         log:
-            "logs/lecture/kv_cache.log",
+            P.lecture("kv_cache", "log"),
         benchmark:
-            "benchmarks/lecture/kv_cache.tsv"
+            P.lecture("kv_cache", "benchmark")
         conda:
             env_path("evaluation")
         threads: 1
@@ -80,11 +80,11 @@ if PLAN.lecture:
         input:
             **PLAN.lecture.quantization_inputs(),
         output:
-            "results/lecture/quantization.json",
+            P.lecture("quantization"),
         log:
-            "logs/lecture/quantization.log",
+            P.lecture("quantization", "log"),
         benchmark:
-            "benchmarks/lecture/quantization.tsv"
+            P.lecture("quantization", "benchmark")
         conda:
             env_path("evaluation")
         threads: 2
@@ -106,11 +106,11 @@ if PLAN.lecture:
         input:
             **PLAN.lecture.speculative_inputs(),
         output:
-            "results/lecture/speculative.json",
+            P.lecture("speculative"),
         log:
-            "logs/lecture/speculative.log",
+            P.lecture("speculative", "log"),
         benchmark:
-            "benchmarks/lecture/speculative.tsv"
+            P.lecture("speculative", "benchmark")
         conda:
             env_path("evaluation")
         threads: 2
@@ -131,11 +131,11 @@ if PLAN.lecture:
         input:
             **PLAN.lecture.scheduling_inputs(),
         output:
-            "results/lecture/scheduling.json",
+            P.lecture("scheduling"),
         log:
-            "logs/lecture/scheduling.log",
+            P.lecture("scheduling", "log"),
         benchmark:
-            "benchmarks/lecture/scheduling.tsv"
+            P.lecture("scheduling", "benchmark")
         conda:
             env_path("evaluation")
         threads: 2

@@ -11,11 +11,11 @@ if PLAN.moa:
         input:
             unpack(PLAN.moa.train_inputs),
         output:
-            "results/moa/{model}/heads/{drafter}.pt",
+            P.MOA_HEAD,
         log:
-            "logs/moa/{model}/train_{drafter}.log",
+            P.LOG["moa_train"],
         benchmark:
-            "benchmarks/moa/{model}/train_{drafter}.tsv"
+            P.BENCH["moa_train"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -38,12 +38,12 @@ if PLAN.moa:
         input:
             unpack(PLAN.moa.bench_inputs),
         output:
-            runs="results/moa/{model}/bench.json",
-            summary="results/moa/{model}/bench.csv",
+            runs=P.MOA_BENCH_RUNS,
+            summary=P.MOA_BENCH_SUMMARY,
         log:
-            "logs/moa/{model}/bench.log",
+            P.LOG["moa_bench"],
         benchmark:
-            "benchmarks/moa/{model}/bench.tsv"
+            P.BENCH["moa_bench"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -64,12 +64,12 @@ if PLAN.moa:
         input:
             unpack(PLAN.moa.quality_inputs),
         output:
-            runs="results/moa/{model}/quality.json",
-            summary="results/moa/{model}/quality.csv",
+            runs=P.MOA_QUALITY_RUNS,
+            summary=P.MOA_QUALITY_SUMMARY,
         log:
-            "logs/moa/{model}/quality.log",
+            P.LOG["moa_quality"],
         benchmark:
-            "benchmarks/moa/{model}/quality.tsv"
+            P.BENCH["moa_quality"]
         conda:
             env_path("evaluation")
         threads: 2

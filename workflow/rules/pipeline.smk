@@ -10,11 +10,11 @@ if PLAN.pipeline:
         input:
             **PLAN.pipeline.inputs(),
         output:
-            "results/pipeline/{model}/runs.json",
+            P.PIPELINE_RUNS,
         log:
-            "logs/pipeline/{model}.log",
+            P.LOG["pipeline_run"],
         benchmark:
-            "benchmarks/pipeline/{model}.tsv"
+            P.BENCH["pipeline_run"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -35,9 +35,9 @@ if PLAN.pipeline:
         input:
             PLAN.pipeline.output(),
         output:
-            "results/pipeline/{model}/simulated.json",
+            P.PIPELINE_SIMULATED,
         log:
-            "logs/pipeline/{model}_simulate.log",
+            P.LOG["pipeline_simulate"],
         conda:
             env_path("evaluation")
         threads: 1

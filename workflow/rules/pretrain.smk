@@ -5,9 +5,9 @@ rule pretrain_corpus:
     input:
         **PLAN.base.pretrain_sources(),
     output:
-        "results/pretrain/corpus.jsonl",
+        P.PRETRAIN_CORPUS,
     log:
-        "logs/pretrain/corpus.log",
+        P.LOG["pretrain_corpus"],
     conda:
         env_path("training")
     params:
@@ -19,13 +19,13 @@ rule pretrain_corpus:
 
 rule pretrain_tokenizer:
     input:
-        "results/pretrain/corpus.jsonl",
+        P.PRETRAIN_CORPUS,
     output:
-        directory("results/models/tokenizer"),
+        directory(P.TOKENIZER),
     log:
-        "logs/pretrain/tokenizer.log",
+        P.LOG["pretrain_tokenizer"],
     benchmark:
-        "benchmarks/pretrain/tokenizer.tsv"
+        P.BENCH["pretrain_tokenizer"]
     conda:
         env_path("training")
     params:
@@ -37,16 +37,16 @@ rule pretrain_tokenizer:
 
 rule pretrain_tokenize:
     input:
-        corpus="results/pretrain/corpus.jsonl",
-        tokenizer="results/models/tokenizer",
+        corpus=P.PRETRAIN_CORPUS,
+        tokenizer=P.TOKENIZER,
     output:
-        train="results/pretrain/tokens/train.npy",
-        val="results/pretrain/tokens/val.npy",
-        stats="results/pretrain/tokens/stats.json",
+        train=P.PRETRAIN_TRAIN,
+        val=P.PRETRAIN_VAL,
+        stats=P.PRETRAIN_TOKENS,
     log:
-        "logs/pretrain/tokenize.log",
+        P.LOG["pretrain_tokenize"],
     benchmark:
-        "benchmarks/pretrain/tokenize.tsv"
+        P.BENCH["pretrain_tokenize"]
     conda:
         env_path("training")
     params:
@@ -58,17 +58,17 @@ rule pretrain_tokenize:
 
 rule pretrain_train:
     input:
-        tokenizer="results/models/tokenizer",
-        train="results/pretrain/tokens/train.npy",
-        val="results/pretrain/tokens/val.npy",
+        tokenizer=P.TOKENIZER,
+        train=P.PRETRAIN_TRAIN,
+        val=P.PRETRAIN_VAL,
     output:
-        model=directory("results/models/{model}"),
-        curve="results/pretrain/{model}/loss.csv",
-        stats="results/pretrain/{model}/stats.json",
+        model=directory(P.MODEL),
+        curve=P.PRETRAIN_CURVE,
+        stats=P.PRETRAIN_STATS,
     log:
-        "logs/pretrain/{model}.log",
+        P.LOG["pretrain_train"],
     benchmark:
-        "benchmarks/pretrain/{model}.tsv"
+        P.BENCH["pretrain_train"]
     wildcard_constraints:
         model=one_of(PLAN.base.pretrained),
     conda:
@@ -80,6 +80,6 @@ rule pretrain_train:
     params:
         decl=lookup(dpath="models/{model}/pretrain", within=config),
         seed=config["seed"],
-        checkpoint="resources/checkpoints/pretrain/{model}.pt",
+        checkpoint=P.PRETRAIN_STATE,
     script:
         script_path("pretrain_train.py")

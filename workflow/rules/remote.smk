@@ -10,11 +10,11 @@ if PLAN.remote:
         input:
             unpack(PLAN.remote.run_inputs),
         output:
-            "results/remote/{model}/{drafter}.json",
+            P.REMOTE_RUNS,
         log:
-            "logs/remote/{model}/{drafter}.log",
+            P.LOG["remote_run"],
         benchmark:
-            "benchmarks/remote/{model}/{drafter}.tsv"
+            P.BENCH["remote_run"]
         conda:
             env_path("evaluation")
         threads: 2  # the client and the server process, one thread each

@@ -11,11 +11,11 @@ if PLAN.sampling:
             **PLAN.sampling.sweep_models(),
             problems=PLAN.sampling.problems(),
         output:
-            "results/sampling/sweep.json",
+            P.SAMPLING_SWEEP,
         log:
-            "logs/sampling/sweep.log",
+            P.LOG["sampling_sweep"],
         benchmark:
-            "benchmarks/sampling/sweep.tsv"
+            P.BENCH["sampling_sweep"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -39,11 +39,11 @@ if PLAN.sampling:
             unpack(PLAN.sampling.humaneval_models),
             problems=PLAN.sampling.problems(),
         output:
-            "results/sampling/humaneval/{method}.json",
+            P.SAMPLING_HUMANEVAL,
         log:
-            "logs/sampling/humaneval/{method}.log",
+            P.LOG["sampling_humaneval"],
         benchmark:
-            "benchmarks/sampling/humaneval/{method}.tsv"
+            P.BENCH["sampling_humaneval"]
         wildcard_constraints:
             method=one_of(PLAN.sampling.humaneval_methods),
         conda:
@@ -69,11 +69,11 @@ if PLAN.sampling:
             **PLAN.sampling.timing_models(),
             problems=PLAN.sampling.problems(),
         output:
-            "results/sampling/timing.json",
+            P.SAMPLING_TIMING,
         log:
-            "logs/sampling/timing.log",
+            P.LOG["sampling_timing"],
         benchmark:
-            "benchmarks/sampling/timing.tsv"
+            P.BENCH["sampling_timing"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -97,11 +97,11 @@ if PLAN.sampling:
             **PLAN.sampling.math500_models(),
             problems=PLAN.sampling.problems("math500"),
         output:
-            "results/sampling/math500.json",
+            P.SAMPLING_MATH500,
         log:
-            "logs/sampling/math500.log",
+            P.LOG["sampling_math500"],
         benchmark:
-            "benchmarks/sampling/math500.tsv"
+            P.BENCH["sampling_math500"]
         conda:
             env_path("evaluation")
         threads: 1

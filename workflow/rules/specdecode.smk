@@ -10,16 +10,16 @@ if PLAN.spec:
         input:
             unpack(PLAN.spec.acceptance_inputs),
         output:
-            "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv",
+            P.ACCEPTANCE,
         log:
-            "logs/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.log",
+            P.LOG["specdecode_acceptance"],
         benchmark:
-            "benchmarks/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.tsv"
+            P.BENCH["specdecode_acceptance"]
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
-            corpus="sft|responses",
+            corpus=WILDCARDS["corpus"],
             fraction=one_of(PLAN.spec.fractions),
-            responder="sft|target",
+            responder=WILDCARDS["responder"],
             heldout=one_of(PLAN.spec.heldout),
         conda:
             env_path("evaluation")
@@ -41,12 +41,12 @@ if PLAN.spec:
         input:
             unpack(PLAN.spec.speed_inputs),
         output:
-            runs="results/specdecode/{model}/{bench}/runs.json",
-            summary="results/specdecode/{model}/{bench}/summary.csv",
+            runs=P.SPEED_RUNS,
+            summary=P.SPEED_SUMMARY,
         log:
-            "logs/specdecode/{model}/{bench}.log",
+            P.LOG["specdecode_speed"],
         benchmark:
-            "benchmarks/specdecode/{model}/{bench}.tsv"
+            P.BENCH["specdecode_speed"]
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
             bench=one_of(PLAN.spec.bench_sets),
@@ -74,11 +74,11 @@ if PLAN.spec:
 
     rule specdecode_arctic_build:
         output:
-            directory("resources/arctic_suffix"),
+            directory(P.ARCTIC_SUFFIX),
         log:
-            "logs/specdecode/arctic_build.log",
+            P.LOG["specdecode_arctic_build"],
         benchmark:
-            "benchmarks/specdecode/arctic_build.tsv"
+            P.BENCH["specdecode_arctic_build"]
         conda:
             env_path("evaluation")
         threads: 2
@@ -92,11 +92,11 @@ if PLAN.spec:
         input:
             unpack(PLAN.spec.latency_inputs),
         output:
-            "results/specdecode/{model}/draft_latency.json",
+            P.DRAFT_LATENCY,
         log:
-            "logs/specdecode/{model}/draft_latency.log",
+            P.LOG["specdecode_draft_latency"],
         benchmark:
-            "benchmarks/specdecode/{model}/draft_latency.tsv"
+            P.BENCH["specdecode_draft_latency"]
         wildcard_constraints:
             model=one_of(PLAN.spec.models),
         conda:
@@ -116,11 +116,11 @@ if PLAN.spec:
         input:
             unpack(PLAN.spec.draft_quality_inputs),
         output:
-            "results/draft_quality/{model}.json",
+            P.DRAFT_QUALITY,
         log:
-            "logs/draft_quality/{model}.log",
+            P.LOG["specdecode_draft_quality"],
         benchmark:
-            "benchmarks/draft_quality/{model}.tsv"
+            P.BENCH["specdecode_draft_quality"]
         wildcard_constraints:
             model=one_of(PLAN.spec.drafts),
         conda:

@@ -28,6 +28,7 @@ from kvspec.care.calibration import batches, calibration_tokens
 from kvspec.care.convert import full_factors, max_rank, mla_from_factors, split_kv
 from kvspec.care.covariance import collect_covariances
 from kvspec.care.store import spectra
+from kvspec.care.vocabulary import FACTORIZATIONS
 from kvspec.models.load import load_model
 
 
@@ -76,7 +77,7 @@ def stage_times(model, tok, data: str, n: int, t: int, rank: int) -> tuple[dict,
         lambda: collect_covariances(model, list(batches(ids, 16)), progress=False)
     )
     factors = {}
-    for method in ("svd", "asvd", "care"):
+    for method in FACTORIZATIONS:
         factors[method], times[f"factorize {method}"] = timed(
             lambda m=method: full_factors(model, m, stats)
         )

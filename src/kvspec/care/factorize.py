@@ -20,8 +20,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from kvspec.care.vocabulary import FACTORIZATIONS
+
 Method = Literal["svd", "asvd", "care"]
-METHODS: tuple[str, ...] = ("svd", "asvd", "care")
+METHODS: tuple[str, ...] = FACTORIZATIONS
 
 
 @dataclass(frozen=True)

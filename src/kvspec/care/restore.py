@@ -48,9 +48,9 @@ from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedMode
 
 from kvspec.care.allocate import waterfill_ranks
 from kvspec.care.factorize import factorize, weighted_spectrum
+from kvspec.care.vocabulary import RESTORE_METHODS
 
 log = logging.getLogger(__name__)
-RESTORE_METHODS = {"transmla": "svd", "transmla-pca": "pca", "transmla-care": "care"}
 
 
 @dataclass(frozen=True)

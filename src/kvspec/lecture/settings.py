@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvspec.config import ConfigError
+from kvspec.errors import ConfigError
 
 
 def _need(ok: bool, key: str, message: str) -> None:

@@ -1,7 +1,7 @@
 """Speculative sampling as the lecture works it (section 3.1): the "quick brown" example,
 the exactness proof checked empirically, and the expected accepted length vs measured.
 
-The verifier is the study's own (`kvspec.spec.verify.verify_sampling`). Two deliberately wrong
+The verifier is the study's own (`kvspec.decoding.verify.verify_sampling`). Two deliberately wrong
 verifiers (accept every draft; resample a rejection from the target instead of the residual)
 run beside it, so the chi-square test shows it can tell an exact sampler from a wrong one.
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
+from kvspec.decoding.draft_model import DraftModelDrafter
+from kvspec.decoding.loop import speculative_generate
+from kvspec.decoding.verify import residual, verify_resample_model, verify_sampling
 from kvspec.seeds import derive
-from kvspec.spec.decode import speculative_generate
-from kvspec.spec.drafters import DraftModelDrafter
-from kvspec.spec.verify import residual, verify_resample_model, verify_sampling
 
 Verifier = Callable[[torch.Tensor, list[int], torch.Tensor, torch.Generator], tuple[int, int]]
 

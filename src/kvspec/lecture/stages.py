@@ -160,9 +160,9 @@ def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[
     """The worked example and exactness (simulated), and formula vs measured accepted length
     with the draft model on real prompts."""
     from kvspec.data.records import read_jsonl
+    from kvspec.decoding.generate import stop_ids
+    from kvspec.decoding.prompts import bench_prompts
     from kvspec.lecture import spec_example as se
-    from kvspec.spec.bench import bench_prompts
-    from kvspec.spec.generate import stop_ids
 
     use_threads(threads)
     trials = settings["trials"]
@@ -184,8 +184,8 @@ def scheduling_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[s
                      threads: int) -> None:  # fmt: skip
     """Static vs continuous batching on the same seeded stream of requests."""
     from kvspec.data.records import read_jsonl
+    from kvspec.decoding.prompts import bench_prompts
     from kvspec.lecture import scheduler as sch
-    from kvspec.spec.bench import bench_prompts
 
     use_threads(threads)
     model, tok = load_model(inputs["model"], dtype=dtype, device=device)

@@ -34,8 +34,8 @@ def calibrate(target: torch.nn.Module, draft: torch.nn.Module, *, context: int, 
               seed: int) -> tuple[Calibration, dict[str, Any]]:  # fmt: skip
     """The costs of `target` (a decoder without per-layer windows) and `draft`; the
     calibration and the raw medians behind it."""
+    from kvspec.decoding.draft_model import DraftModelDrafter
     from kvspec.pipeline.stage import Stage
-    from kvspec.spec.drafters import DraftModelDrafter
 
     cfg = target.config
     layers = cfg.num_hidden_layers

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from kvspec.decoding.cache import keep_positions
+from kvspec.decoding.tree import bool_to_additive
 from kvspec.pipeline import comm
 from kvspec.pipeline.stage import Stage
-from kvspec.spec.tree import bool_to_additive, keep_positions
 
 CANONICAL = 1  # bit of sequence 0
 

@@ -99,7 +99,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
             worker = pipeinfer_worker if run.strategy == "pipeinfer" else stage_worker
             worker(stage, rank, run.n_stages, die)
     else:
-        from kvspec.spec.drafters import DraftModelDrafter
+        from kvspec.decoding.draft_model import DraftModelDrafter
 
         draft = AutoModelForCausalLM.from_pretrained(run.draft, dtype=dtype).eval()
         spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))

@@ -36,12 +36,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvspec.decoding.loop import ended
 from kvspec.pipeline import comm
 from kvspec.pipeline.cells import CANONICAL, MultiBuffer
 from kvspec.pipeline.comm import CANCEL, COPY, REMOVE, RUN, SKIP, STOP, Message
 from kvspec.pipeline.stage import Stage
 from kvspec.pipeline.strategies import Trace, die_at, stage_io
-from kvspec.spec.decode import _ended
 
 DraftFn = Callable[[list[int], int], tuple[list[int], list[float]]]
 
@@ -231,7 +231,7 @@ class Scheduler:
         return self.trace
 
     def _done(self) -> bool:
-        return len(self.accepted) >= self.limit or _ended(self.trace.tokens, self.stops)
+        return len(self.accepted) >= self.limit or ended(self.trace.tokens, self.stops)
 
     def _launch(self, assumed: list[int], p0: int, seq: int, visible: int) -> None:
         run = Run(next(self.ids), p0, assumed[p0:], seq, visible, len(self.accepted), list(assumed))

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from kvspec.spec.tree import causal_mask
+from kvspec.decoding.tree import causal_mask
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral")  # decoder stacks without per-layer windows
 
@@ -101,7 +101,7 @@ class Stage(nn.Module):
 
     def crop(self, length: int) -> None:
         """Keep the first `length` cached positions."""
-        from kvspec.spec.drafters import crop_to
+        from kvspec.decoding.cache import crop_to
 
         if self.layers:
             crop_to(self.cache, length)

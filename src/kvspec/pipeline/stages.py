@@ -35,10 +35,10 @@ def runs_stage(
     strategy at each stage count (`threads_per_rank` each). Every run's tokens are compared
     with the reference. First, the simulator's costs are measured with a rank's threads."""
     from kvspec.data.records import read_jsonl
+    from kvspec.decoding.generate import stop_ids
+    from kvspec.decoding.loop import greedy_generate
+    from kvspec.decoding.prompts import bench_prompts
     from kvspec.models.load import load_model, use_threads
-    from kvspec.spec.bench import bench_prompts
-    from kvspec.spec.decode import greedy_generate
-    from kvspec.spec.generate import stop_ids
 
     target, tok = load_model(inputs["target"], dtype=dtype)
     stops = stop_ids(target, tok)

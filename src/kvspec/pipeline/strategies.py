@@ -2,7 +2,7 @@
 
 Ranks 0..S-1 hold the target's stages (`Stage`); rank 0, the head, embeds, samples and
 verifies. With speculation, rank S holds the speculative model. Cache invariant (as in
-`kvspec.spec.decode`): every stage caches the committed tokens except the last, which the
+`kvspec.decoding.loop`): every stage caches the committed tokens except the last, which the
 next pipeline run feeds first.
 
 - `iterative`: one token per pipeline run (pipeline-parallel inference without speculation).
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvspec.decoding.draft_model import DraftModelDrafter
+from kvspec.decoding.loop import ended, truncate_at_eos
+from kvspec.decoding.verify import verify_greedy
 from kvspec.pipeline import comm
 from kvspec.pipeline.comm import CROP, DRAFT, RUN, STOP, TAG_TOKENS, TOKENS, Message
 from kvspec.pipeline.stage import Stage
-from kvspec.spec.decode import _ended, _truncate_at_eos
-from kvspec.spec.drafters import DraftModelDrafter
-from kvspec.spec.verify import verify_greedy
 
 STRATEGIES = ("iterative", "speculative", "pipeinfer")
 
@@ -134,7 +134,7 @@ def iterative(head: Head, prompt: list[int], max_new_tokens: int, stops: Sequenc
     if len(prompt) > 1:
         head.run(prompt[:-1])
     last = prompt[-1]
-    while len(trace.tokens) < max_new_tokens and not _ended(trace.tokens, stops):
+    while len(trace.tokens) < max_new_tokens and not ended(trace.tokens, stops):
         last = int(torch.argmax(head.run([last])[-1]))
         trace.runs += 1
         trace.emit([last])
@@ -155,12 +155,12 @@ def speculative(
     if len(prompt) > 1:
         head.run(prompt[:-1])
     seq = list(prompt)
-    while len(trace.tokens) < max_new_tokens and not _ended(trace.tokens, stops):
+    while len(trace.tokens) < max_new_tokens and not ended(trace.tokens, stops):
         budget = min(k, max_new_tokens - len(trace.tokens) - 1)
         drafts = ask_drafts(seq, budget, spec_rank)[0] if budget > 0 else []
         n_acc, nxt = verify_greedy(head.run([seq[-1], *drafts]), drafts)
         head.crop(len(seq) + n_acc)
-        emitted = _truncate_at_eos([*drafts[:n_acc], nxt], stops)
+        emitted = truncate_at_eos([*drafts[:n_acc], nxt], stops)
         seq += emitted
         trace.runs += 1
         trace.drafted += len(drafts)

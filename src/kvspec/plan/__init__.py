@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvspec.plan import paths
 from kvspec.plan.base import BasePlan
 from kvspec.plan.care import CarePlan, Columns
 from kvspec.plan.evaluate import EvalPlan
@@ -59,12 +60,12 @@ class Plan:
         return ReportItem(
             rule="report_status",
             renderer="status:render",
-            log="logs/report/status.log",
+            log=paths.REPORT_LOG.format(name="status"),
             category="Reproduction status",
             inputs={},
             # status.rst is the table the report's front page includes (workflow.rst)
             outputs=table_outputs("status", label="Reproduction status")
-            | {"rst": Output("results/report/status.rst")},
+            | {"rst": Output(paths.report("status", "rst"))},
             params={"rows": status_rows(self, repo / "config" / "paper_results")},
             document="status",
         )

@@ -60,7 +60,7 @@ class BasePlan:
             ReportItem(
                 rule="report_table_2_1",
                 renderer="tables:render_paper_only",
-                log="logs/report/thesis_table_2_1.log",
+                log=paths.REPORT_LOG.format(name="thesis_table_2_1"),
                 category="Thesis ch. 2",
                 inputs={"paper": [paper]},
                 outputs=table_outputs("thesis_table_2_1", label="Table 2.1"),
@@ -79,7 +79,9 @@ class BasePlan:
             for m in self.models
         ]  # fmt: skip
         return ReportItem(
-            rule="report_models", renderer="models:render", log="logs/report/models.log",
+            rule="report_models",
+            renderer="models:render",
+            log=paths.REPORT_LOG.format(name="models"),
             category="Models", inputs={"models": [r["dir"] for r in rows]},
             outputs=table_outputs("models", label="models"), params={"rows": rows},
         )  # fmt: skip
@@ -93,7 +95,7 @@ class BasePlan:
         return ReportItem(
             rule="data_sources",
             renderer="data:render_sources",
-            log="logs/data/sources.log",
+            log=paths.LOG["data_sources"],
             category="Data",
             inputs={"meta": [r["meta"] for r in rows]},
             outputs=table_outputs("data_sources", label="data sources"),
@@ -112,13 +114,13 @@ class BasePlan:
         outputs = figure_outputs("pretrain_loss", "loss curves")
         del outputs["csv"]
         outputs |= {
-            "csv": Output("results/report/pretrain_summary.csv", "pretrain_summary", "summary"),
-            "md": Output("results/report/pretrain_summary.md"),
+            "csv": Output(paths.report("pretrain_summary", "csv"), "pretrain_summary", "summary"),
+            "md": Output(paths.report("pretrain_summary", "md")),
         }
         return ReportItem(
             rule="report_pretrain",
             renderer="pretrain:render",
-            log="logs/report/pretrain.log",
+            log=paths.REPORT_LOG.format(name="pretrain"),
             category="Pretraining",
             inputs={
                 "curves": [r["curve"] for r in rows],

@@ -31,10 +31,6 @@ LABELS = {
 }
 
 
-def evaluation_path(model: str, variant: Evaluated) -> str:
-    return paths.EVALUATION.format(model=model, variant=variant)
-
-
 class CarePlan:
     """The CARE part of the plan, computed once from the validated config."""
 
@@ -228,7 +224,7 @@ class CarePlan:
         fact, alloc = spec["method"].split("-")
         for r in self.ranks(main, "decode_speed"):
             v = self._converted(fact, self.calib(), alloc, r)
-            path = paths.CONVERTED.format(model=main, factors=v.factors, plan=v.plan)
+            path = paths.CONVERTED.format(model=main, **v.wildcards())
             models[f"MLA {spec['method']} r={r}"] = path
         heal = self.care.get("heal") or {}
         restored = [m for m in heal.get("methods", []) if m != "svd"]
@@ -241,7 +237,7 @@ class CarePlan:
         return ReportItem(
             rule="report_care_decode_speed",
             renderer="decode_speed:render",
-            log="logs/report/care_decode_speed.log",
+            log=paths.REPORT_LOG.format(name="care_decode_speed"),
             category=CARE_CATEGORY,
             inputs={"speed": [paths.DECODE_SPEED.format(model=self.main)]},
             outputs=table_outputs("care_decode_speed", label="MLA vs GQA decode speed"),
@@ -273,7 +269,7 @@ class CarePlan:
         return ReportItem(
             rule=f"report_care_{name}",
             renderer="care:render",
-            log=f"logs/report/{stem}.log",
+            log=paths.REPORT_LOG.format(name=stem),
             category=CARE_CATEGORY,
             inputs={"evals": files, "paper": self.paper(name)},
             outputs=outputs,
@@ -304,7 +300,7 @@ class CarePlan:
         fig = self.care["figure_3_1"]
         return {
             "rows": _with_files(self.figure_3_1_rows(), fig["model"]),
-            "baseline": evaluation_path(fig["model"], Original()),
+            "baseline": paths.evaluation(fig["model"], Original()),
             **fig,
         }
 
@@ -315,9 +311,9 @@ def _with_files(rows: list[dict[str, Any]], model: str, plan: bool = False) -> l
     for row in rows:
         variant = row["variant"]
         if plan:
-            file = paths.RANK_PLAN.format(model=model, factors=variant.factors, plan=variant.plan)
+            file = paths.RANK_PLAN.format(model=model, **variant.wildcards())
         else:
-            file = evaluation_path(model, variant)
+            file = paths.evaluation(model, variant)
         out.append(
             {
                 **{k: v for k, v in row.items() if k != "variant"},

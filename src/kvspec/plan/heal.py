@@ -7,7 +7,7 @@ from typing import Any
 
 from kvspec.config import ConfigError, kv_width
 from kvspec.plan import paths
-from kvspec.plan.care import CARE_CATEGORY, CarePlan, Columns, evaluation_path
+from kvspec.plan.care import CARE_CATEGORY, CarePlan, Columns
 from kvspec.plan.items import ReportItem, figure_outputs, table_outputs
 from kvspec.plan.names import Calib, Converted, Factors, Healed, Original, RankPlan
 
@@ -64,9 +64,7 @@ class HealPlan:
         """The model healing starts from: the plain SVD MLA model, or a restored one."""
         if wildcards.method == "svd":
             student = self.svd_student()
-            return paths.CONVERTED.format(
-                model=wildcards.model, factors=student.factors, plan=student.plan
-            )
+            return paths.CONVERTED.format(model=wildcards.model, **student.wildcards())
         return paths.HEAL_INIT.format(model=wildcards.model, method=wildcards.method)
 
     def data(self) -> str:
@@ -95,7 +93,7 @@ class HealPlan:
                 "calibration": str(self.calib(m))
                 if m in self.heal["calibration"] and m != "svd"
                 else None,
-                "file": evaluation_path(self.model, Healed(m, b)),
+                "file": paths.evaluation(self.model, Healed(m, b)),
             }
             for m in self.methods
             for b in self.budgets
@@ -104,7 +102,7 @@ class HealPlan:
         stats = {m: paths.HEAL_STATS.format(model=self.model, method=m) for m in self.methods}
         return {
             "rows": rows,
-            "baseline": evaluation_path(self.model, Original()),
+            "baseline": paths.evaluation(self.model, Original()),
             "curves": curves,
             "stats": stats,
             "model": self.model,
@@ -121,7 +119,7 @@ class HealPlan:
         table = ReportItem(
             rule="report_heal_table_3_3",
             renderer="heal:render",
-            log="logs/report/thesis_table_3_3.log",
+            log=paths.REPORT_LOG.format(name="thesis_table_3_3"),
             category=CARE_CATEGORY,
             inputs={
                 "evals": evals,
@@ -134,7 +132,7 @@ class HealPlan:
         curves = ReportItem(
             rule="report_heal_convergence",
             renderer="heal:render",
-            log="logs/report/heal_convergence.log",
+            log=paths.REPORT_LOG.format(name="heal_convergence"),
             category=CARE_CATEGORY,
             inputs={"curves": list(params["curves"].values())},
             outputs=figure_outputs("heal_convergence", "Healing convergence"),

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvspec.plan import paths
+
 
 @dataclass(frozen=True)
 class Output:
@@ -36,9 +38,6 @@ class ReportItem:
     params: dict[str, Any] = field(default_factory=dict)
     document: str = "thesis"  # the source document (`snakemake <document>` renders its items)
 
-    def input_files(self) -> list[str]:
-        return [f for files in self.inputs.values() for f in files]
-
     def output_files(self) -> list[str]:
         return [o.path for o in self.outputs.values()]
 
@@ -46,17 +45,17 @@ class ReportItem:
 def table_outputs(stem: str, caption: str | None = None, label: str = "") -> dict[str, Output]:
     """csv (attached to the report) + md of results/report/<stem>."""
     return {
-        "csv": Output(f"results/report/{stem}.csv", caption or stem, label),
-        "md": Output(f"results/report/{stem}.md"),
+        "csv": Output(paths.report(stem, "csv"), caption or stem, label),
+        "md": Output(paths.report(stem, "md")),
     }
 
 
 def figure_outputs(stem: str, label: str, caption: str | None = None) -> dict[str, Output]:
     """png (attached) + pdf + csv (the plotted numbers) of results/report/<stem>."""
     return {
-        "png": Output(f"results/report/{stem}.png", caption or stem, label),
-        "pdf": Output(f"results/report/{stem}.pdf"),
-        "csv": Output(f"results/report/{stem}.csv"),
+        "png": Output(paths.report(stem, "png"), caption or stem, label),
+        "pdf": Output(paths.report(stem, "pdf")),
+        "csv": Output(paths.report(stem, "csv")),
     }
 
 

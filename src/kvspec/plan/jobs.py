@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvspec.ngram.registry import INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
 from kvspec.plan.lecture import EXAMPLES as LECTURE_EXAMPLES
 from kvspec.plan.names import Converted, Factors, Healed, Original
-from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
 
 if TYPE_CHECKING:
     from kvspec.plan import Plan

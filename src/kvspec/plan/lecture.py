@@ -98,7 +98,7 @@ class LecturePlan:
                 outputs |= {f"figure_{k}": v for k, v in fig.items()}
             items.append(ReportItem(
                 rule=f"report_lecture_{example}", renderer=f"lecture:render_{example}",
-                log=f"logs/report/lecture_{example}.log", category=CATEGORY,
+                log=paths.REPORT_LOG.format(name=f"lecture_{example}"), category=CATEGORY,
                 inputs={"result": [self.output(example)], "paper": [paper]},
                 outputs=outputs, params={"model": self.model}, document="lecture",
             ))  # fmt: skip

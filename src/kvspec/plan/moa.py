@@ -11,17 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvspec.ngram.registry import INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
 from kvspec.plan.items import ReportItem, table_outputs
-from kvspec.spec.methods import INDEX_OF, METHOD_INPUTS
 
 CATEGORY = "Mixture of Attentions drafters (document 002)"
-HEAD = "results/moa/{model}/heads/{drafter}.pt"
-STATES = "results/moa/{model}/states"  # the target's states, shared by its heads' jobs
-BENCH_RUNS = "results/moa/{model}/bench.json"
-BENCH_SUMMARY = "results/moa/{model}/bench.csv"
-QUALITY_RUNS = "results/moa/{model}/quality.json"
-QUALITY_SUMMARY = "results/moa/{model}/quality.csv"
 QUALITY_METRICS = ("humaneval", "gsm8k", "cnndm")  # Table 8's columns, scored per set
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
 MEASURED = {
@@ -114,15 +108,17 @@ class MoAPlan:
         return list(self.alt["drafters"]) if self.alt and model == self.alt["target"] else []
 
     def heads(self) -> list[str]:
-        return [HEAD.format(model=m, drafter=d) for m in self.models() for d in self.drafters_of(m)]
+        heads = [(m, d) for m in self.models() for d in self.drafters_of(m)]
+        return [paths.MOA_HEAD.format(model=m, drafter=d) for m, d in heads]
 
     def outputs(self, model: str | None = None) -> list[str]:
         """The decoding job's outputs of `model` (default: moa.target)."""
         model = model or self.target
-        return [BENCH_RUNS.format(model=model), BENCH_SUMMARY.format(model=model)]
+        return [p.format(model=model) for p in (paths.MOA_BENCH_RUNS, paths.MOA_BENCH_SUMMARY)]
 
     def quality_outputs(self) -> list[str]:
-        return [QUALITY_RUNS.format(model=self.target), QUALITY_SUMMARY.format(model=self.target)]
+        patterns = (paths.MOA_QUALITY_RUNS, paths.MOA_QUALITY_SUMMARY)
+        return [p.format(model=self.target) for p in patterns]
 
     def train_inputs(self, wildcards: Any) -> dict[str, str]:
         return {"target": paths.MODEL.format(model=wildcards.model),
@@ -135,7 +131,7 @@ class MoAPlan:
 
     def data_of(self, wildcards: Any) -> dict[str, Any]:
         """moa.data and where the target's state cache lives."""
-        return {**self.moa["data"], "state_cache": STATES.format(model=wildcards.model)}
+        return {**self.moa["data"], "state_cache": paths.MOA_STATES.format(model=wildcards.model)}
 
     def drafter(self, wildcards: Any) -> dict[str, Any]:
         """The declaration of the drafter a training job builds."""
@@ -147,7 +143,7 @@ class MoAPlan:
         model = wildcards.model
         inputs = {"model": paths.MODEL.format(model=model)}
         for d in self.drafters_of(model):
-            inputs[f"head_{d}"] = HEAD.format(model=model, drafter=d)
+            inputs[f"head_{d}"] = paths.MOA_HEAD.format(model=model, drafter=d)
         for name, s in self.moa["sets"].items():
             src = s["prompts"]
             held = src in self.spec.spec["heldout"]
@@ -166,7 +162,7 @@ class MoAPlan:
 
     def quality_inputs(self, wildcards: Any) -> dict[str, str]:
         """A model's decoding runs and the prompt files of the scored sets."""
-        inputs = {"runs": BENCH_RUNS.format(model=wildcards.model),
+        inputs = {"runs": paths.MOA_BENCH_RUNS.format(model=wildcards.model),
                   "model": paths.MODEL.format(model=wildcards.model)}  # fmt: skip
         bench = self.bench_inputs(wildcards)
         for name in dict.fromkeys(self.quality.values()):
@@ -231,6 +227,7 @@ class MoAPlan:
 
     def _item(self, stem: str, renderer: str, inputs: dict[str, list[str]],
               params: dict[str, Any], label: str) -> ReportItem:  # fmt: skip
-        return ReportItem(rule=f"report_{stem}", renderer=renderer, log=f"logs/report/{stem}.log",
+        return ReportItem(rule=f"report_{stem}", renderer=renderer,
+                          log=paths.REPORT_LOG.format(name=stem),
                           category=CATEGORY, inputs=inputs, params=params,
                           outputs=table_outputs(stem, label=label), document="moa")  # fmt: skip

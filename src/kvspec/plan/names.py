@@ -10,9 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-FACTORIZATIONS = ("svd", "asvd", "care")
-ALLOCATIONS = ("uniform", "waterfill")
-HEAL_METHODS = ("svd", "transmla", "transmla-pca", "transmla-care")
+from kvspec.care.vocabulary import ALLOCATIONS, FACTORIZATIONS, HEAL_METHODS
 
 
 def _match(pattern: str, text: str, what: str) -> re.Match[str]:
@@ -85,6 +83,10 @@ class Factors:
     def __str__(self) -> str:
         return f"{self.method}-{self.calib or 'none'}"
 
+    def wildcards(self) -> dict[str, str]:
+        """The rules' wildcards {fact}, {calib} of this factor file."""
+        return {"fact": self.method, "calib": str(self.calib or "none")}
+
     @classmethod
     def of(cls, method: str, calib: Calib) -> Factors:
         """The factors of `method`, calibrated on `calib` unless it is plain SVD."""
@@ -92,7 +94,7 @@ class Factors:
 
     @classmethod
     def parse(cls, text: str) -> Factors:
-        method, calib = _match(r"(svd|asvd|care)-(.+)", text, "factors").groups()
+        method, calib = _match(rf"({'|'.join(FACTORIZATIONS)})-(.+)", text, "factors").groups()
         return cls(method, None if calib == "none" else Calib.parse(calib))
 
 
@@ -105,6 +107,10 @@ class Converted:
 
     def __str__(self) -> str:
         return f"{self.factors}/{self.plan}"
+
+    def wildcards(self) -> dict[str, str]:
+        """The rules' wildcards {fact}, {calib}, {plan} of this model."""
+        return {**self.factors.wildcards(), "plan": str(self.plan)}
 
     @classmethod
     def parse(cls, text: str) -> Converted:
@@ -156,3 +162,24 @@ def parse_evaluated(text: str) -> Evaluated:
 def fraction_name(fraction: float) -> str:
     """The path form of an index fraction: 1.0 -> "1", 0.05 -> "0.05"."""
     return f"{fraction:g}"
+
+
+def _wildcard(pattern: str) -> str:
+    """A name's pattern as a wildcard constraint (its groups made non-capturing)."""
+    return re.sub(r"\((?!\?)", "(?:", pattern)
+
+
+# the rules' wildcard constraints, from the names above (written nowhere else)
+WILDCARDS: dict[str, str] = {
+    "fact": "|".join(FACTORIZATIONS),
+    "calib": "none|" + _wildcard(Calib.PATTERN),
+    "covariance": _wildcard(Calib.PATTERN),  # a covariance file's {calib}: never "none"
+    "alloc": "|".join(ALLOCATIONS),
+    "rank": r"\d+",
+    "plan": _wildcard(RankPlan.PATTERN),
+    "sensitivity": r"halve-l\d+|svgroup-g\d+",  # Figure 3.1's plans only
+    "budget": r"\d+",
+    "shard": r"\d+",
+    "corpus": "sft|responses",
+    "responder": "sft|target",
+}

@@ -106,9 +106,9 @@ class PipelinePlan:
               params: dict[str, Any], outputs: dict[str, Output]) -> ReportItem:  # fmt: skip
         module = "tables" if renderer == "render_paper_only" else "pipeline"
         return ReportItem(rule=f"report_{stem}", renderer=f"{module}:{renderer}",
-                          log=f"logs/report/{stem}.log", category=CATEGORY, inputs=inputs,
+                          log=paths.REPORT_LOG.format(name=stem), category=CATEGORY, inputs=inputs,
                           outputs=outputs, params=params, document="pipeinfer")  # fmt: skip
 
 
 def _figure(stem: str, label: str) -> dict[str, Output]:
-    return figure_outputs(stem, label=label) | {"md": Output(f"results/report/{stem}.md")}
+    return figure_outputs(stem, label=label) | {"md": Output(paths.report(stem, "md"))}

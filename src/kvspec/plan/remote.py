@@ -12,7 +12,6 @@ from kvspec.plan import paths
 from kvspec.plan.items import ReportItem, table_outputs
 
 CATEGORY = "Client-server speculative decoding (document 002)"
-RUNS = "results/remote/{model}/{drafter}.json"
 # report stem -> (renderer, label)
 TABLES = {
     "moa_table_3": ("render_table_3", "Table 3"),
@@ -52,7 +51,7 @@ class RemotePlan:
         return list(self.remote["drafters"])
 
     def outputs(self) -> list[str]:
-        return [RUNS.format(model=self.model, drafter=d) for d in self.drafters()]
+        return [paths.REMOTE_RUNS.format(model=self.model, drafter=d) for d in self.drafters()]
 
     def run_inputs(self, wildcards: Any) -> dict[str, str]:
         """The target, the head and the HumanEval set's prompt file."""
@@ -80,7 +79,7 @@ class RemotePlan:
             inputs = {"runs": self.outputs(),
                       "paper": [str(self.repo / paths.PAPER.format(name=stem))]}  # fmt: skip
             items.append(ReportItem(rule=f"report_{stem}", renderer=f"remote:{renderer}",
-                                    log=f"logs/report/{stem}.log", category=CATEGORY,
+                                    log=paths.REPORT_LOG.format(name=stem), category=CATEGORY,
                                     inputs=inputs, params=params, document="moa",
                                     outputs=table_outputs(stem, label=label)))  # fmt: skip
         return items

@@ -104,10 +104,10 @@ class SamplingPlan:
             inputs, params = self._figure_inputs(number)
             stem = f"specdec_qwen_figure_{number}"
             outputs = figure_outputs(stem, label=f"Figure {number}")
-            outputs["md"] = Output(f"results/report/{stem}.md")
+            outputs["md"] = Output(paths.report(stem, "md"))
             items.append(ReportItem(
                 rule=f"report_specdec_qwen_figure_{number}", renderer=f"sampling:{renderer}",
-                log=f"logs/report/{stem}.log", category=CATEGORY,
+                log=paths.REPORT_LOG.format(name=stem), category=CATEGORY,
                 inputs={**inputs, "paper": [paper]}, outputs=outputs,
                 params={**params, "figure": number, "target": self.target,
                         "seed": self.config["seed"],
@@ -121,9 +121,9 @@ class SamplingPlan:
         stem = "specdec_qwen_math500"
         return ReportItem(
             rule="report_specdec_qwen_math500", renderer="sampling:math500",
-            log=f"logs/report/{stem}.log", category=CATEGORY,
+            log=paths.REPORT_LOG.format(name=stem), category=CATEGORY,
             inputs={"result": [paths.SAMPLING_MATH500]},
-            outputs={"csv": Output(f"results/report/{stem}.csv", stem, "MATH-500 accuracy"),
-                     "md": Output(f"results/report/{stem}.md")},
+            outputs={"csv": Output(paths.report(stem, "csv"), stem, "MATH-500 accuracy"),
+                     "md": Output(paths.report(stem, "md"))},
             params={"target": self.target}, document="specdec_qwen",
         )  # fmt: skip

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvspec.ngram.registry import CALIBRATION_OF, INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, table_outputs
 from kvspec.plan.names import fraction_name
-from kvspec.spec.methods import CALIBRATION_OF, INDEX_OF, METHOD_INPUTS
 
 ACCEPTANCE_CATEGORY = "Thesis ch. 4 (acceptance)"  # no colon: rst would read a link target
 SPEED_CATEGORY = "Thesis ch. 4 (speed)"
@@ -208,7 +208,7 @@ class SpecPlan:
         return ReportItem(
             rule="report_draft_quality",
             renderer="drafts:render",
-            log="logs/report/draft_quality.log",
+            log=paths.REPORT_LOG.format(name="draft_quality"),
             category=SPEED_CATEGORY,
             inputs={
                 "quality": [r["quality"] for r in rows],
@@ -228,18 +228,18 @@ class SpecPlan:
     def _tables(self, numbers: range) -> dict[str, Output]:
         out = {}
         for n in numbers:
-            stem = f"results/report/thesis_table_4_{n}"
-            out[f"t4_{n}"] = Output(f"{stem}.csv", f"thesis_table_4_{n}", f"Table 4.{n}")
-            out[f"t4_{n}_md"] = Output(f"{stem}.md")
+            stem = f"thesis_table_4_{n}"
+            out[f"t4_{n}"] = Output(paths.report(stem, "csv"), stem, f"Table 4.{n}")
+            out[f"t4_{n}_md"] = Output(paths.report(stem, "md"))
         return out
 
     def report_items(self) -> list[ReportItem]:
         sweep, main = self.sweep_rows(), self.main_rows()
-        figure = "results/report/thesis_figure_4_1"
+        figure = "thesis_figure_4_1"
         acceptance = ReportItem(
             rule="report_spec_acceptance",
             renderer="spec:render_acceptance",
-            log="logs/report/spec_acceptance.log",
+            log=paths.REPORT_LOG.format(name="spec_acceptance"),
             category=ACCEPTANCE_CATEGORY,
             inputs={
                 **self._paper(range(1, 7)),
@@ -249,9 +249,9 @@ class SpecPlan:
             },
             outputs={
                 **self._tables(range(1, 7)),
-                "f4_1_png": Output(f"{figure}.png", "thesis_figure_4_1", "Figure 4.1"),
-                "f4_1_pdf": Output(f"{figure}.pdf"),
-                "f4_1_csv": Output(f"{figure}.csv"),
+                "f4_1_png": Output(paths.report(figure, "png"), figure, "Figure 4.1"),
+                "f4_1_pdf": Output(paths.report(figure, "pdf")),
+                "f4_1_csv": Output(paths.report(figure, "csv")),
                 **{
                     f"exact_{k}": v
                     for k, v in table_outputs(
@@ -267,7 +267,7 @@ class SpecPlan:
         speed = ReportItem(
             rule="report_spec_speed",
             renderer="spec:render_speed",
-            log="logs/report/spec_speed.log",
+            log=paths.REPORT_LOG.format(name="spec_speed"),
             category=SPEED_CATEGORY,
             inputs={
                 **self._paper(range(7, 9)),

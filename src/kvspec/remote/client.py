@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvspec.decoding.loop import ended, truncate_at_eos
 from kvspec.remote import protocol as p
 from kvspec.remote.link import PROFILES, ShapedSocket
 from kvspec.remote.payload import KINDS, client_receive
 from kvspec.seeds import derive
-from kvspec.spec.decode import _ended, _truncate_at_eos
 
 
 class RemoteError(RuntimeError):
@@ -86,12 +86,12 @@ def remote_generate(address: tuple[str, int], prompt: list[int], drafter: Any,
                     "profile": profile, "seed": seed}  # fmt: skip
         _hello(link, out, settings, prompt, drafter, kind)
         synced = True
-        while len(out.tokens) < max_new_tokens and not _ended(out.tokens, stops):
+        while len(out.tokens) < max_new_tokens and not ended(out.tokens, stops):
             if len(out.tokens) >= limit:
                 raise ConnectionAbortedError(f"link cut after {len(out.tokens)} new tokens")
             tokens, parents = _draft(drafter, seq, k, int(limit - len(out.tokens) - 1))
             accepted = _step(link, out, tokens, parents, drafter, kind, len(seq) - 1)
-            emitted = _truncate_at_eos(accepted, stops)
+            emitted = truncate_at_eos(accepted, stops)
             seq += emitted
             out.tokens += emitted
             out.verified = len(out.tokens)
@@ -197,9 +197,9 @@ def _alone(out: RemoteResult, seq: list[int], drafter: Any, kind: str, synced: b
         raise RemoteError(f"a {kind} drafter needs the server's first reply before it can "
                           f"draft alone ({out.disconnected})")  # fmt: skip
     remaining = max_new_tokens - len(out.tokens)
-    if remaining < 1 or _ended(out.tokens, stops):
+    if remaining < 1 or ended(out.tokens, stops):
         return
     draft = drafter.propose(seq, remaining).tokens[:remaining]
-    emitted = _truncate_at_eos(list(draft), stops)
+    emitted = truncate_at_eos(list(draft), stops)
     seq += emitted
     out.tokens += emitted

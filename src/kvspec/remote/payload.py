@@ -52,7 +52,7 @@ def server_blocks(kind: str, head: nn.Module | None, cache: Any, features: torch
         return []
     if kind == "eagle":
         return [_numpy(features)]
-    from kvspec.spec.moa import layer_kv
+    from kvspec.decoding.cache import layer_kv
 
     kv = layer_kv(cache, start, end)  # (1, A, L, 2·E_kv)
     tli = head.size.tli

@@ -33,8 +33,8 @@ class Session:
 
     def __init__(self, target: torch.nn.Module, prompt: list[int], settings: Mapping[str, Any],
                  heads: Mapping[str, torch.nn.Module]) -> None:  # fmt: skip
-        from kvspec.spec.decode import _prefill
-        from kvspec.spec.eagle import FeatureTap
+        from kvspec.decoding.features import FeatureTap
+        from kvspec.decoding.loop import prefill
 
         self.kind = settings.get("drafter", "independent")
         if self.kind not in KINDS:
@@ -49,7 +49,7 @@ class Session:
         self.tap = FeatureTap(target) if wants else None
         self.seq = list(prompt)
         with torch.inference_mode(), self._tapped():
-            self.cache = _prefill(target, self.seq)
+            self.cache = prefill(target, self.seq)
             n = len(self.seq) - 1
             self.first = self._blocks(self.tap.last if self.tap and n else None, 0, n)
 
@@ -75,20 +75,14 @@ class Session:
     def _verify(self, tokens: list[int], parents: list[int]) -> tuple[list[int], int]:
         """Chains as the local loop verifies them (one causal forward), trees with a tree
         mask; the cache keeps the prefix, the root and the accepted path."""
-        from kvspec.spec.decode import _forward
-        from kvspec.spec.drafters import crop_to
-        from kvspec.spec.tree import (
-            ROOT,
-            DraftTree,
-            keep_positions,
-            tree_logits,
-            verify_tree_greedy,
-        )
-        from kvspec.spec.verify import verify_greedy
+        from kvspec.decoding.cache import crop_to, keep_positions
+        from kvspec.decoding.loop import forward_tokens
+        from kvspec.decoding.tree import ROOT, DraftTree, tree_logits, verify_tree_greedy
+        from kvspec.decoding.verify import verify_greedy
 
         if parents == p.chain_parents(len(tokens)):
-            n_acc, nxt = verify_greedy(_forward(self.target, self.cache, [self.seq[-1], *tokens]),
-                                       tokens)  # fmt: skip
+            logits = forward_tokens(self.target, self.cache, [self.seq[-1], *tokens])  # (T, V)
+            n_acc, nxt = verify_greedy(logits, tokens)
             crop_to(self.cache, len(self.seq) + n_acc)
             return list(range(n_acc)), nxt
         tree = DraftTree(tokens, [ROOT if q == p.ROOT else q for q in parents],
@@ -137,7 +131,7 @@ def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
     from transformers import AutoModelForCausalLM
 
     from kvspec.io import write_text
-    from kvspec.spec.neural import load_head
+    from kvspec.neural.heads import load_head
 
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=getattr(torch, dtype)).eval()
     loaded = {name: load_head(path, target)[0] for name, path in (heads or {}).items()}

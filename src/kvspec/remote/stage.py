@@ -51,10 +51,10 @@ def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: st
                  threads: int) -> None:  # fmt: skip
     """Every run of one drafter (`inputs`: `model`, `head`, `prompts`) into `out` (JSON)."""
     from kvspec.data.records import read_jsonl
+    from kvspec.decoding.generate import stop_ids
+    from kvspec.decoding.prompts import bench_prompts
     from kvspec.models.load import load_model, use_threads
-    from kvspec.spec.bench import bench_prompts
-    from kvspec.spec.generate import stop_ids
-    from kvspec.spec.neural import head_stats, load_head
+    from kvspec.neural.heads import head_stats, load_head
 
     use_threads(max(1, threads - 1))  # the server takes one thread
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device="cpu")
@@ -98,8 +98,8 @@ class _Settings:
 
     def run(self, address: tuple[str, int], prompt: list[int], profile: str,
             cut: int | None) -> dict[str, Any]:  # fmt: skip
+        from kvspec.neural.heads import make_drafter
         from kvspec.remote.client import remote_generate
-        from kvspec.spec.neural import make_drafter
 
         kind = self.decl["kind"]
         drafter = make_drafter(kind, self.head, self.target, self.tree)
@@ -124,7 +124,7 @@ def _score(runs: list[dict[str, Any]], records: list[dict[str, Any]], tokenizer:
            cuts: Sequence[int], timeout_s: float) -> None:  # fmt: skip
     """HumanEval pass (1/0) of every answer, and of the lower bound (the uncut answer's first
     B tokens) per prompt and B."""
-    from kvspec.spec.neural_quality import score_answer
+    from kvspec.neural.quality import score_answer
 
     by_id = {str(r.get("task_id") or r["id"]): r for r in records}
     for run in runs:

@@ -13,14 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-from kvspec.eval.acceptance_stats import (
+from kvspec.io import read_json, read_rows, write_text
+from kvspec.ngram.acceptance_stats import (
     acceptance_grid,
     acceptance_surface,
     accepted_per_speculation,
     by_exact_match_length,
     hit_rate_table,
 )
-from kvspec.io import read_json, read_rows, write_text
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
 
 # The paper's index sizes as fractions of its 5M prompts (Table 4.1 rows).

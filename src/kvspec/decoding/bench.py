@@ -1,0 +1,126 @@
+"""Timed decoding runs: every method on the same prompts, batch size 1, side by side.
+
+Methods are measured in one process, interleaved prompt by prompt (so a change in machine
+load hits every method alike), after one discarded warm-up run of each. Per run we record
+the wall time, the number of target forward passes that produced tokens (via a forward
+hook, so Hugging Face's own loops are counted the same way as ours), and for our loop the
+draft and verify time of every step. `kvspec.decoding.bench_summary` turns the records into
+tokens/s, accepted length, speedup over plain greedy decoding and where the time goes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+
+@dataclass
+class Run:
+    """One method on one prompt."""
+
+    tokens: list[int]
+    seconds: float
+    forwards: int  # target forward passes that produced tokens
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    draft_step_seconds: list[float] = field(default_factory=list)
+
+
+Method = Callable[[list[int]], Run]
+
+
+class ForwardCounter:
+    """Counts forward calls of a module while active (a pre-forward hook)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module, self.calls, self._handle = module, 0, None
+
+    def __enter__(self) -> ForwardCounter:
+        self.calls = 0
+        self._handle = self.module.register_forward_pre_hook(self._count)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._handle.remove()
+
+    def _count(self, *_: object) -> None:
+        self.calls += 1
+
+
+def run_of_steps(tokens: list[int], steps: Sequence[Any], seconds: float) -> Run:
+    """A Run of the study's speculative loop (chain or tree) from its steps."""
+    return Run(
+        tokens, seconds, len(steps),
+        draft_seconds=sum(s.draft_seconds for s in steps),
+        verify_seconds=sum(s.verify_seconds for s in steps),
+        steps=len(steps),
+        drafted=sum(s.drafted for s in steps),
+        accepted=sum(s.accepted for s in steps),
+        draft_step_seconds=[s.draft_seconds for s in steps],
+    )  # fmt: skip
+
+
+def until_stop(tokens: list[int], stops: Sequence[int]) -> list[int]:
+    """`tokens` up to and including the first stop token."""
+    for i, t in enumerate(tokens):
+        if t in stops:
+            return tokens[: i + 1]
+    return tokens
+
+
+def run_benchmark(
+    methods: Mapping[str, Method],
+    prompts: Sequence[tuple[str, list[int]]],
+    repeats: int = 1,
+    baseline: str = "greedy",
+    baseline_repeats: int = 1,
+    warmup: bool = True,
+) -> list[dict[str, Any]]:
+    """Time every method on every (prompt id, prompt ids); one record per method and prompt.
+
+    The first prompt is decoded once by every method first, untimed (warm-up; `warmup=False`
+    skips it when an earlier call in the same process warmed every method up). Each
+    timed record keeps the median-time run of `repeats`. The `baseline` method runs
+    `baseline_repeats` times per prompt instead, first and then after all other methods,
+    so its spread (`baseline_seconds`, one time per repeat) shows how much the machine's
+    speed drifted while the others ran; its record keeps the median of those runs. Each
+    record also holds the 1-minute load average when it finished (`load1`).
+    """
+    if not prompts:
+        raise ValueError("no benchmark prompts")
+    for fn in methods.values() if warmup else ():
+        fn(prompts[0][1])  # warm-up: allocator, kernels, page cache of the index
+    records = []
+    for prompt_id, ids in tqdm(prompts, desc="benchmark", unit="prompt", mininterval=5):
+        base_runs = [methods[baseline](ids)] if baseline in methods else []
+        mine = {}
+        for name, fn in methods.items():
+            if name != baseline:
+                mine[name] = _record(
+                    name, prompt_id, ids, _median_run([fn(ids) for _ in range(repeats)])
+                )
+        if base_runs:
+            base_runs += [methods[baseline](ids) for _ in range(baseline_repeats - 1)]
+            record = _record(baseline, prompt_id, ids, _median_run(base_runs))
+            mine[baseline] = {**record, "baseline_seconds": [r.seconds for r in base_runs]}
+        records += [mine[name] for name in methods]  # in the methods' order
+    return records
+
+
+def _median_run(runs: list[Run]) -> Run:
+    return sorted(runs, key=lambda r: r.seconds)[len(runs) // 2]
+
+
+def _record(name: str, prompt_id: str, ids: list[int], run: Run) -> dict[str, Any]:
+    return {
+        "method": name, "prompt": prompt_id, "prompt_len": len(ids), **asdict(run),
+        "load1": os.getloadavg()[0],
+    }  # fmt: skip

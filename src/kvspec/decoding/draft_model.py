@@ -1,0 +1,157 @@
+"""The draft-model drafter: a small causal LM proposing token by token with its own cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kvspec.decoding.cache import common_prefix, crop_to
+from kvspec.decoding.drafts import Dist, Draft
+from kvspec.decoding.tree import (
+    DraftTree,
+    grow_tree,
+    model_mask,
+    to_device,
+    tree_rows,
+    tree_shape,
+    visible_slots,
+)
+from kvspec.decoding.warp import warp
+
+
+class DraftModelDrafter:
+    """A small causal LM that drafts token by token with its own KV cache.
+
+    The cache is reused across calls: only the part of the new context that differs from
+    what the cache already holds is fed. Greedy drafts report one-hot q; sampled drafts
+    (`sample=True`, at `temperature` and `top_p`) report the distribution they were drawn
+    from (`kvspec.decoding.warp.warp`).
+    `q_format` is "tensor" for a (k, V) tensor or "dict" for sparse dicts.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        sample: bool = False,
+        temperature: float = 1.0,
+        seed: int = 0,
+        q_format: str = "tensor",
+        top_p: float = 1.0,
+        report_confidence: bool = False,
+    ) -> None:
+        self.model = model.eval()
+        self.report_confidence = report_confidence  # top-1 probabilities (PipeInfer's cutoff)
+        self.sample = sample
+        self.temperature, self.top_p = temperature, top_p
+        self.generator = torch.Generator().manual_seed(seed)
+        self.q_format = q_format
+        self.cache: Any = None
+        self.cached: list[int] = []  # tokens whose keys/values are in `cache`
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int) -> Draft:
+        """Draft k tokens after `context`."""
+        ctx = [int(t) for t in context]
+        logits = self._sync(ctx)  # (V,) next-token logits after ctx
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        confidence: list[float] = []
+        for i in range(k):
+            token, probs = self._choose(logits)
+            tokens.append(token)
+            rows.append(probs)
+            if self.report_confidence:
+                confidence.append(float(torch.softmax(logits.double(), -1).max()))
+            if i + 1 < k:
+                logits = self._feed([token])
+        q = torch.stack(rows) if rows else torch.zeros(0, 0)  # (k, V)
+        q_out = q if self.q_format == "tensor" else _rows_to_dicts(q)
+        return Draft(tokens, q_out, 0, 0, confidence=confidence if self.report_confidence else None)
+
+    def _sync(self, ctx: list[int]) -> torch.Tensor:
+        """Make the cache hold ctx[:-1] plus the fed tail; return logits after ctx."""
+        from transformers import DynamicCache
+
+        keep = min(common_prefix(self.cached, ctx), len(ctx) - 1)
+        if keep == 0 or self.cache is None:
+            self.cache, self.cached = DynamicCache(), []
+        else:
+            crop_to(self.cache, keep)
+            self.cached = self.cached[:keep]
+        return self._feed(ctx[keep:])
+
+    def _feed(self, tokens: list[int]) -> torch.Tensor:
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.model.device)  # (1, T)
+        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        self.cached.extend(tokens)
+        return out.logits[0, -1].cpu()  # (V,)
+
+    def _choose(self, logits: torch.Tensor) -> tuple[int, torch.Tensor]:
+        if not self.sample:
+            token = int(torch.argmax(logits))
+            probs = torch.zeros(logits.shape[-1], dtype=torch.float64)
+            probs[token] = 1.0
+            return token, probs
+        probs = warp(logits, self.temperature, self.top_p)  # (V,)
+        return int(torch.multinomial(probs, 1, generator=self.generator)), probs
+
+
+def _rows_to_dicts(q: torch.Tensor) -> list[Dist]:
+    """Sparse dicts (nonzero entries) of the rows of a (k, V) probability tensor."""
+    dicts = []
+    for row in q:
+        ids = torch.nonzero(row).flatten().tolist()
+        dicts.append({int(t): float(row[t]) for t in ids})
+    return dicts
+
+
+class ModelTreeDrafter(DraftModelDrafter):
+    """EAGLE-2's dynamic draft tree grown by a small causal LM (greedy drafting only)."""
+
+    def __init__(self, model: torch.nn.Module, depth: int, topk: int, total: int) -> None:
+        super().__init__(model)
+        self.depth, self.topk, self.total = tree_shape(depth, topk, total)
+
+    @torch.inference_mode()
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        ctx = [int(t) for t in context]
+        depth = min(self.depth, max_depth)
+        if depth < 1:
+            return DraftTree()
+        fed: dict[int, int] = {}  # node -> its cache position
+        tree = grow_tree(
+            self._sync(ctx),
+            lambda tree, nodes: self._feed_nodes(tree, nodes, fed, len(ctx)),
+            depth, self.topk, self.total,
+        )  # fmt: skip
+        crop_to(self.cache, len(ctx))
+        self.cached = ctx
+        return tree
+
+    def _feed_nodes(
+        self, tree: DraftTree, nodes: list[int], fed: dict[int, int], base: int
+    ) -> torch.Tensor:
+        """Run the draft model on `nodes` (their ancestors are already cached); logits. Each
+        node sees the context (`base` positions), its fed ancestors and itself, not the other
+        branches fed before it."""
+        past = self.cache.get_seq_length()
+        rows = tree_rows(tree, nodes, fed, past)
+        depths = tree.depths()
+        device = self.model.device
+        slot_pos = list(range(past + len(nodes)))  # the context, then fed nodes at their depth
+        for node, slot in fed.items():
+            slot_pos[slot] = base - 1 + depths[node]
+        positions = [base - 1 + depths[n] for n in nodes]
+        mask = model_mask(getattr(self.model, "config", None), visible_slots(rows, past, base),
+                          positions, slot_pos, next(self.model.parameters()).dtype)  # fmt: skip
+        out = self.model(
+            input_ids=torch.tensor([[tree.tokens[n] for n in nodes]], device=device),
+            attention_mask=to_device(mask, device),
+            position_ids=torch.tensor([positions], device=device),
+            past_key_values=self.cache,
+            use_cache=True,
+        )
+        self.cache = out.past_key_values
+        return out.logits[0].cpu()

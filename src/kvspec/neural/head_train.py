@@ -1,0 +1,131 @@
+"""Training document 002's drafters against a frozen target: Mixture-of-Attentions heads
+(`kvspec.neural.moa`) on the target's own K/V and hidden states, EAGLE heads
+(`kvspec.neural.eagle`) on its features, Independent heads (`kvspec.neural.independent`) on its
+next-token distributions only. The target stays frozen and is run on every sequence
+(no generation during training, as the document). Sequences are prompt + the target's greedy
+response (`kvspec.models.distil.Sequence`); the mirror has no UltraChat, so the target's own
+responses to the SFT prompts stand in. Optimisation as the distilled drafts: AdamW (0.9, 0.95),
+linear warmup then cosine, gradient clipping; `batch_size` sequences per step (accumulated one
+at a time: sequences differ in length), resumable from a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
+from kvspec.models.optim import adamw, load_state, save_state
+from kvspec.neural.target_states import TargetStates
+from kvspec.provenance import config_hash
+from kvspec.seeds import derive, python_random
+
+log = logging.getLogger(__name__)
+KINDS = ("moa", "eagle", "independent")
+
+
+@dataclass(frozen=True)
+class HeadLoss:
+    """The document's loss weights (Table 6) and the T-step bound's range for MoA."""
+
+    lambda_kl: float = 0.1
+    lambda_reg: float = 1.0
+    periods: tuple[int, int] = (5, 15)
+
+
+Loss = tuple[torch.Tensor, dict[str, float]]
+States = Callable[[list[int]], TargetStates]  # a sequence's ids -> the target's states
+
+
+def sequence_loss(kind: str, head: nn.Module, target: nn.Module, seq: Sequence,
+                  rng: random.Random, weights: HeadLoss, states: States) -> Loss:  # fmt: skip
+    """The loss of one sequence: MoA and Independent from its first learned position on,
+    EAGLE on every position (its features are all the target's)."""
+    ids = torch.tensor([seq.ids], dtype=torch.long)
+    known = states(seq.ids)
+    if kind == "independent":
+        from kvspec.neural.independent import independent_loss
+
+        return independent_loss(head, target, ids, seq.start, weights.lambda_kl, known)
+    if kind == "moa":
+        from kvspec.neural.moa import moa_loss
+
+        return moa_loss(head, target, ids, seq.start, rng, weights.periods, weights.lambda_kl,
+                        weights.lambda_reg, known)  # fmt: skip
+    from kvspec.neural.eagle import eagle_loss
+
+    return eagle_loss(head, target, known.final, ids, weights.lambda_kl, weights.lambda_reg)
+
+
+@torch.no_grad()
+def evaluate(kind: str, head: nn.Module, target: nn.Module, val: list[Sequence],
+             weights: HeadLoss, seed: int, states: States) -> dict[str, float]:  # fmt: skip
+    """Mean validation loss (the same seeded verification periods at every evaluation)."""
+    head.eval()
+    rng = python_random(seed, "validation periods")
+    parts = [sequence_loss(kind, head, target, s, rng, weights, states)[1] for s in val]
+    head.train()
+    return {f"val_{k}": sum(p[k] for p in parts) / len(parts) for k in parts[0]}
+
+
+def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequence],
+               val: list[Sequence], spec: DistilSpec, weights: HeadLoss, states: States,
+               checkpoint: str | Path | None = None) -> list[dict[str, float]]:  # fmt: skip
+    """Train `head` in place against the frozen `target`, whose states of a sequence
+    `states` gives (e.g. `StateCache.get`); the curve (one row per evaluation).
+    Resumes from `checkpoint` when it holds a state of the same settings."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if not train:
+        raise ValueError("no training sequences")
+    for p in target.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(derive(spec.seed, "train"))
+    opt = adamw(head, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
+    tag = config_hash([kind, asdict(spec), asdict(weights), len(train)])
+    ckpt = Path(checkpoint) if checkpoint else None
+    start, curve = load_state(ckpt, head, opt, tag)
+    head.train()
+    t0, tokens = time.perf_counter(), 0
+    for step in tqdm(range(start, spec.steps), desc=f"train {kind}", mininterval=10,
+                     initial=start, total=spec.steps):  # fmt: skip
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, spec)
+        chunk = [train[i] for i in batch_indices(len(train), spec, step)]
+        rng = python_random(spec.seed, "periods", step)  # MoA's periods: a function of the step
+        for seq in chunk:
+            loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states)
+            (loss / len(chunk)).backward()
+            tokens += len(seq.ids)
+        torch.nn.utils.clip_grad_norm_(head.parameters(), spec.grad_clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        done = step + 1
+        if done % spec.eval_every == 0 or done == spec.steps:
+            scores = evaluate(kind, head, target, val, weights, spec.seed, states) if val else {}
+            row = {"step": done, "lr": lr_at(step, spec),
+                   **{f"train_{k}": v for k, v in parts.items()}, **scores, "tokens": tokens,
+                   "seconds": time.perf_counter() - t0}  # fmt: skip
+            curve.append(row)
+            log.info("step %d %s", done, {k: round(v, 4) for k, v in row.items() if k != "step"})
+        if ckpt and done % spec.ckpt_every == 0 and done < spec.steps:
+            save_state(ckpt, head, opt, done, curve, tag)
+    return curve
+
+
+def trainable_parameters(head: nn.Module) -> int:
+    return sum(p.numel() for p in head.parameters() if p.requires_grad)
+
+
+def decoder_layer_parameters(target: Any) -> int:
+    """Parameters of one decoder layer of the target (the document sizes drafters by it)."""
+    return sum(p.numel() for p in target.get_decoder().layers[0].parameters())

@@ -1,0 +1,264 @@
+"""Document 002's neural drafters as stages: build and train a head against the frozen target
+on the target's own responses, then decode with every head (chain and EAGLE-2 tree) beside
+greedy decoding and the n-gram methods, per prompt set, side by side in one process.
+
+A drafter is declared by a mapping: `kind` (moa | eagle | independent) and its sizes
+(`tli`, `lsa_intermediate`, `sa_intermediate`, `ca_intermediate` for MoA; `layers`,
+`intermediate` for Independent; EAGLE's one decoder layer is the target's own shape).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from torch import nn
+
+from kvspec.io import atomic_path, write_json, write_text
+from kvspec.provenance import provenance
+from kvspec.seeds import derive
+
+log = logging.getLogger(__name__)
+KINDS = ("moa", "eagle", "independent")
+MOA_SIZES = ("lsa_intermediate", "sa_intermediate", "ca_intermediate", "tli", "state")
+
+
+def build_head(target: nn.Module, drafter: Mapping[str, Any]) -> nn.Module:
+    """A fresh head of `drafter['kind']` sized by the declaration, on `target`."""
+    kind = drafter["kind"]
+    if kind == "moa":
+        from kvspec.neural.moa import MoAHead, MoASize
+
+        return MoAHead(target, MoASize(**{k: drafter[k] for k in MOA_SIZES if k in drafter}))
+    if kind == "eagle":
+        from kvspec.neural.eagle import EagleHead
+
+        return EagleHead(target, drafter.get("layers", 1), drafter.get("intermediate"))
+    if kind == "independent":
+        from kvspec.neural.independent import IndependentHead
+
+        width = drafter.get("intermediate") or target.config.intermediate_size
+        return IndependentHead(target, layers=drafter.get("layers", 1), intermediate=width)
+    raise ValueError(f"drafter kind must be one of {KINDS}, not {kind!r}")
+
+
+def load_head(path: str | Path, target: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
+    """(the trained head, its declaration) from a file written by `head_train_stage`."""
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    head = build_head(target, saved["drafter"])
+    head.load_state_dict(saved["state"])
+    return head.to(next(target.parameters()).device).eval(), saved["drafter"]
+
+
+def head_stats(path: str | Path) -> dict[str, Any]:
+    """The training stats saved with a head (sizes, tokens, time, final validation)."""
+    return dict(torch.load(path, map_location="cpu", weights_only=False)["stats"])
+
+
+def head_train_stage(
+    inputs: Mapping[str, str],
+    out: str,
+    *,
+    drafter: Mapping[str, Any],
+    train: Mapping[str, Any],
+    data: Mapping[str, Any],
+    loss: Mapping[str, Any],
+    device: str,
+    dtype: str,
+    seed: int,
+    threads: int,
+) -> None:
+    """Train one head (`inputs`: `target` model, its `responses`) and save it with its curve,
+    sizes (trainable parameters, relative to one target decoder layer) and training cost.
+    The target's states come from the cache `data['state_cache']` (shared by every head of
+    the target; `data['state_depth']` hidden depths in `data['state_dtype']`)."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.models.distil import DistilSpec, distil_sequences, split_sequences
+    from kvspec.models.load import load_model, use_threads
+    from kvspec.neural.head_train import (
+        HeadLoss,
+        decoder_layer_parameters,
+        train_head,
+        trainable_parameters,
+    )
+    from kvspec.neural.target_states import StateCache, weights_fingerprint
+
+    use_threads(threads)
+    torch.manual_seed(derive(seed, "init"))
+    target, _ = load_model(inputs["target"], dtype=dtype, device=device)
+    seqs = distil_sequences(read_jsonl(inputs["responses"]), max_len=data["max_len"],
+                            prompt_loss=False)  # fmt: skip
+    seqs = seqs[: data["sequences"]] if data.get("sequences") else seqs
+    train_seqs, val = split_sequences(seqs, data["val_fraction"], seed)
+    head = build_head(target, drafter)
+    _check_depth(drafter, data["state_depth"])
+    weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
+    cache = StateCache(data["state_cache"], target, weights_fingerprint(inputs["target"]),
+                       data["state_depth"], getattr(torch, data["state_dtype"]))  # fmt: skip
+    t0 = time.perf_counter()
+    curve = train_head(drafter["kind"], head, target, train_seqs, val,
+                       DistilSpec.from_config(train, seed), weights, cache.get,
+                       f"{out}.ckpt")  # fmt: skip
+    trainable, layer = trainable_parameters(head), decoder_layer_parameters(target)
+    stats = {
+        "trainable_parameters": trainable,
+        "target_decoder_layer_parameters": layer,
+        "trainable_per_decoder_layer": trainable / layer,
+        "sequences": {"train": len(train_seqs), "val": len(val)},
+        "tokens_seen": curve[-1]["tokens"] if curve else 0,
+        "train_seconds_this_run": time.perf_counter() - t0,
+        "state_cache": {
+            "hits": cache.hits,
+            "misses": cache.misses,
+            "bytes": cache.size_bytes(),
+            "dtype": data["state_dtype"],
+        },
+        "final": {k: v for k, v in (curve[-1] if curve else {}).items() if k.startswith("val_")},
+    }
+    log.info("%s: %s", drafter["kind"], stats)
+    with atomic_path(out) as tmp:
+        torch.save({"drafter": dict(drafter), "state": head.state_dict(), "curve": curve,
+                    "stats": stats, "provenance": provenance({"drafter": dict(drafter)})},
+                   tmp)  # fmt: skip
+    Path(f"{out}.ckpt").unlink(missing_ok=True)
+
+
+def _check_depth(drafter: Mapping[str, Any], depth: int) -> None:
+    tli = int(drafter.get("tli", 0)) if drafter["kind"] == "moa" else 0
+    if tli > depth:
+        raise ValueError(f"a head with TLI = {tli} needs moa.data.state_depth >= {tli}, "
+                         f"not {depth}")  # fmt: skip
+
+
+def neural_methods(setup: Any, heads: Mapping[str, tuple[nn.Module, Mapping[str, Any]]],
+                   chain_k: int, tree: Mapping[str, int] | None) -> dict[str, Any]:  # fmt: skip
+    """`<name>/chain` (≤ chain_k tokens) and, with `tree`, `<name>/tree` methods per head; a
+    fresh drafter per prompt (drafters hold the state of one generation)."""
+    methods = {}
+    for name, (head, decl) in heads.items():
+        methods[f"{name}/chain"] = _method(setup, head, decl["kind"], chain_k, None)
+        if tree:
+            methods[f"{name}/tree"] = _method(setup, head, decl["kind"], chain_k, tree)
+    return methods
+
+
+def _method(setup: Any, head: nn.Module, kind: str, k: int, tree: Mapping[str, int] | None) -> Any:
+    from kvspec.decoding.bench import run_of_steps
+    from kvspec.decoding.loop import speculative_generate
+    from kvspec.decoding.tree import tree_generate
+
+    def run(prompt: list[int]) -> Any:
+        drafter = make_drafter(kind, head, setup.target, tree)
+        t0 = time.perf_counter()
+        if tree is None:
+            tokens, steps = speculative_generate(setup.target, prompt, drafter,
+                                                 setup.max_new_tokens, k,
+                                                 eos_token_id=setup.stops)  # fmt: skip
+        else:
+            tokens, steps = tree_generate(setup.target, prompt, drafter, setup.max_new_tokens,
+                                          setup.stops)  # fmt: skip
+        return run_of_steps(tokens, steps, time.perf_counter() - t0)
+
+    return run
+
+
+def make_drafter(kind: str, head: nn.Module, target: nn.Module,
+                 tree: Mapping[str, int] | None) -> Any:  # fmt: skip
+    """A greedy chain drafter (tree None) or an EAGLE-2 tree drafter for a trained head."""
+    t = (tree["depth"], tree["topk"], tree["total"]) if tree else ()
+    if kind == "moa":
+        from kvspec.neural.moa import MoADrafter, MoATreeDrafter
+
+        return MoATreeDrafter(head, target, *t) if tree else MoADrafter(head, target)
+    if kind == "eagle":
+        from kvspec.neural.eagle import EagleDrafter, EagleTreeDrafter
+
+        return EagleTreeDrafter(head, target, *t) if tree else EagleDrafter(head, target)
+    from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
+
+    return ModelTreeDrafter(head, *t) if tree else DraftModelDrafter(head)
+
+
+def _methods_of_set(name: str, methods: Mapping[str, Any], ablations: Mapping[str, Any],
+                    ablation_set: str | None,
+                    chain_sets: Sequence[str] | None) -> dict[str, Any]:  # fmt: skip
+    """The methods run on set `name`: chains of the main heads on `chain_sets` (None: all)
+    and the ablation set, the ablation heads' chains on the ablation set only."""
+    chains = chain_sets is None or name in chain_sets or name == ablation_set
+    chosen = {m: fn for m, fn in methods.items() if chains or not m.endswith("/chain")}
+    return {**chosen, **(ablations if name == ablation_set else {})}
+
+
+def neural_bench_stage(
+    inputs: Mapping[str, str],
+    out_runs: str,
+    out_summary: str,
+    *,
+    model: str,
+    drafters: Sequence[str],
+    ablations: Sequence[str],
+    ablation_set: str | None,
+    chain_sets: Sequence[str] | None,
+    sets: Mapping[str, Mapping[str, Any]],
+    baselines: Sequence[str],
+    decode: Mapping[str, Any],
+    chain_k: int,
+    tree: Mapping[str, int] | None,
+    max_new_tokens: int,
+    max_support: int,
+    baseline_repeats: int,
+    device: str,
+    dtype: str,
+    seed: int,
+    threads: int,
+) -> None:
+    """Greedy, the `baselines` (speed-benchmark methods) and every head's tree method on every
+    prompt set, its chain method on `chain_sets` (None: every set) and `ablation_set`, and the
+    `ablations` heads' chain methods on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
+    `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.decoding.bench import run_benchmark
+    from kvspec.decoding.bench_summary import mark_divergence, summarize
+    from kvspec.decoding.generate import stop_ids
+    from kvspec.decoding.prompts import bench_prompts
+    from kvspec.models.load import load_model, use_threads
+    from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+
+    use_threads(threads)
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
+    indexes = {n.removeprefix("index_"): (inputs[n], inputs[f"{n}_stats"])
+               for n in ("index_sft", "index_target") if n in inputs}  # fmt: skip
+    setup = Setup(target, stop_ids(target, tokenizer), max_new_tokens,
+                  DecodeSettings.from_config(decode), seed=seed,
+                  engines=open_engines(indexes, max_support))  # fmt: skip
+    heads = {name: load_head(inputs[f"head_{name}"], target) for name in drafters}
+    extra = {name: load_head(inputs[f"head_{name}"], target) for name in ablations}
+    methods = {**benchmark_methods(setup, ["greedy", *baselines], ["greedy"]),
+               **neural_methods(setup, heads, chain_k, tree)}  # fmt: skip
+    ablation_methods = neural_methods(setup, extra, chain_k, None)
+    records, summaries, warm = [], [], set()
+    for name, bench in sets.items():
+        prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
+        chosen = _methods_of_set(name, methods, ablation_methods, ablation_set, chain_sets)
+        for fn in (fn for m, fn in chosen.items() if m not in warm):
+            fn(prompts[0][1])  # untimed warm-up of methods that join on this set
+        warm |= set(chosen)
+        recs = run_benchmark(chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=False)
+        mark_divergence(target, recs, prompts)
+        records += [{**r, "set": name} for r in recs]
+        summary = summarize(recs)
+        summary.insert(0, "set", name)
+        summaries.append(summary)
+        log.info("%s\n%s", name, summary.to_string())
+    meta = {"model": model, "drafters": list(drafters), "ablations": list(ablations),
+            "ablation_set": ablation_set, "chain_sets": chain_sets, "chain_k": chain_k,
+            "sets": {k: dict(v) for k, v in sets.items()}, "tree": dict(tree or {}),
+            "baselines": list(baselines)}  # fmt: skip
+    sizes = {n: head_stats(inputs[f"head_{n}"]) for n in [*drafters, *ablations]}  # the report
+    write_json(out_runs, {"records": records, "heads": sizes, "provenance": provenance(meta)})
+    write_text(out_summary, pd.concat(summaries, ignore_index=True).to_csv(index=False))

@@ -1,0 +1,207 @@
+"""Adaptive draft depth: draft only tokens likely to be accepted, for any drafter.
+
+A drafted token costs a verification position whether or not it is accepted, so a draft
+should stop where the next token's expected gain (the probability that it and every token
+before it are accepted) no longer pays for its position (`AdaptiveDrafter`); a drafter with
+nothing good to propose then proposes nothing and the step costs what a greedy step costs.
+
+Per-token estimates come from a `Calibration`: P(greedy acceptance | source, match-length
+bin, confidence bin), a Beta posterior whose prior counts are the workflow's own acceptance
+rows (`suffix_len`, `q_top1`, and whether the n-gram mode was the target's token; see
+`kvspec.ngram.acceptance`) and which keeps learning from the verifier's verdicts
+(`feedback`): after a rejection the same kind of draft is trusted less. `source` tells
+drafters apart ("index": infini-gram, "local": prompt lookup, "model": a draft model).
+
+With several drafters (`AdaptiveDrafter({"local": ..., "index": ...})`, the request-local
++ index hybrid), each proposes, each draft is cut, and the one with the best expected rate
+is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from kvspec.decoding.drafts import Draft, Drafter, one_hot
+
+LENGTH_EDGES = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)  # bin i: LENGTH_EDGES[i] <= len < next
+CONF_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)  # bin i: CONF_EDGES[i] <= top-1 prob < next
+Bin = tuple[str, int, int]  # (source, length bin, confidence bin)
+
+
+def _bin(edges: Sequence[float], value: float) -> int:
+    return int(np.searchsorted(edges, value, side="right")) - 1
+
+
+@dataclass
+class Calibration:
+    """Acceptance estimates per (source, length bin, confidence bin), shrunk to the source's.
+
+    A bin with h hits and m misses estimates (h + S·p_src) / (h + m + S), where p_src =
+    (H + 1) / (H + M + 2) pools every bin of the source and S = `SHRINK` pseudo-verdicts:
+    an empty bin starts at what the drafter achieves overall, not at 1/2, so a drafter
+    that is rarely right stops drafting after a few verdicts anywhere.
+    """
+
+    counts: dict[Bin, list[float]] = field(default_factory=dict)  # bin -> [hits, misses]
+    totals: dict[str, list[float]] = field(default_factory=dict)  # source -> [hits, misses]
+    prior_weight: float = 1.0
+    SHRINK = 2.0
+
+    def estimate(self, source: str, length: int, confidence: float) -> float:
+        """Posterior mean probability that a token drafted from this bin is accepted."""
+        big_h, big_m = self.totals.get(source, (0.0, 0.0))
+        pooled = (big_h + 1.0) / (big_h + big_m + 2.0)
+        hits, misses = self.counts.get(self.key(source, length, confidence), (0.0, 0.0))
+        return (hits + self.SHRINK * pooled) / (hits + misses + self.SHRINK)
+
+    def update(
+        self, source: str, length: int, confidence: float, hit: bool, w: float = 1.0
+    ) -> None:
+        """Count one verdict of the verifier (weighted `w`)."""
+        entry = self.counts.setdefault(self.key(source, length, confidence), [0.0, 0.0])
+        total = self.totals.setdefault(source, [0.0, 0.0])
+        entry[0 if hit else 1] += w
+        total[0 if hit else 1] += w
+
+    @staticmethod
+    def key(source: str, length: int, confidence: float) -> Bin:
+        return source, _bin(LENGTH_EDGES, length), _bin(CONF_EDGES, confidence)
+
+    @classmethod
+    def from_rows(cls, rows: Any, source: str = "index", weight: float = 1.0) -> Calibration:
+        """Prior counts from acceptance rows (columns suffix_len, q_top1, q_mode, token).
+
+        A row is a hit when the n-gram's mode is the target's greedy token (what greedy
+        verification accepts). `weight` scales the prior counts (0.1: ten table rows are
+        worth one verdict seen while decoding).
+        """
+        cal = cls(prior_weight=weight)
+        rows = rows[rows["q_top1"] > 0]  # positions with no n-gram distribution
+        hit = (rows["q_mode"] == rows["token"]).to_numpy()
+        for length, conf, h in zip(rows["suffix_len"], rows["q_top1"], hit, strict=True):
+            cal.update(source, int(length), float(conf), bool(h), weight)
+        return cal
+
+
+@dataclass
+class CostModel:
+    """Verification time ≈ a + b · positions, fit online by least squares on the decoding
+    loop's timings (`add`); `fit` is None until two position counts were seen 3+ times."""
+
+    seen: dict[int, int] = field(default_factory=dict)  # positions -> observations
+    sums: list[float] = field(default_factory=lambda: [0.0] * 5)  # n, Σx, Σy, Σxx, Σxy
+
+    def add(self, positions: int, seconds: float) -> None:
+        self.seen[positions] = self.seen.get(positions, 0) + 1
+        for i, v in enumerate((1.0, positions, seconds, positions**2, positions * seconds)):
+            self.sums[i] += v
+
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b) with a > 0 and b >= 0, or None while the data cannot separate them."""
+        if sum(c >= 3 for c in self.seen.values()) < 2:
+            return None
+        n, sx, sy, sxx, sxy = self.sums
+        b = max((n * sxy - sx * sy) / (n * sxx - sx * sx), 0.0)
+        a = (sy - b * sx) / n
+        return (a, b) if a > 0 else None
+
+
+@dataclass
+class _Scored:
+    source: str
+    draft: Draft
+    probs: list[float]  # estimated acceptance of each kept token, given the earlier ones
+    rate: float  # what the cut maximised: expected tokens per second, or expected accepted
+
+
+class AdaptiveDrafter:
+    """Draft from one or several drafters, cut each draft where acceptance gets unlikely.
+
+    `drafters`: source name -> drafter. Each draft is cut at the length that maximises
+    expected tokens per second of verification, (1 + Σ_j P(tokens 0..j accepted)) /
+    (a + b · (length + 1)), with the verification cost a + b · positions learnt from the
+    loop's timings (`CostModel`); length 0 (no draft, a greedy step) when nothing beats it.
+    Until the cost is known, a draft keeps token j while P(tokens 0..j accepted) is at
+    least `threshold`. The decoding loop calls `feedback(drafted, accepted, seconds)`
+    after every verification.
+    """
+
+    def __init__(
+        self,
+        drafters: Mapping[str, Drafter],
+        calibration: Calibration | None = None,
+        threshold: float = 0.2,
+    ) -> None:
+        if not drafters:
+            raise ValueError("AdaptiveDrafter needs at least one drafter")
+        self.drafters = dict(drafters)
+        self.calibration = calibration or Calibration()
+        self.threshold = threshold
+        self.cost = CostModel()
+        self._last: _Scored | None = None
+        self.chosen: dict[str, int] = dict.fromkeys(self.drafters, 0)
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        """The best cut draft of any drafter (empty if none is worth verifying)."""
+        fit = self.cost.fit()
+        scored = [self._cut(n, d.propose(context, k), fit) for n, d in self.drafters.items()]
+        best = max(scored, key=lambda s: s.rate)
+        self._last = best
+        if best.probs:
+            self.chosen[best.source] += 1
+        return best.draft
+
+    def feedback(self, drafted: int, accepted: int, seconds: float | None = None) -> None:
+        """Learn from the verifier: kept tokens 0..accepted-1 hit, token `accepted` missed;
+        `seconds` is the verification time of `drafted + 1` positions."""
+        if seconds is not None:
+            self.cost.add(drafted + 1, seconds)
+        last, self._last = self._last, None
+        if last is None or not drafted:
+            return
+        for j in range(min(drafted, accepted + 1)):
+            length, conf = _features(last.draft, j)
+            self.calibration.update(last.source, length, conf, j < accepted)
+
+    def _cut(self, source: str, draft: Draft, fit: tuple[float, float] | None) -> _Scored:
+        probs = [
+            self.calibration.estimate(source, *_features(draft, j))
+            for j in range(len(draft.tokens))
+        ]
+        cum = np.cumprod(probs) if probs else np.zeros(0)
+        if fit is None:
+            n = int(np.sum(cum >= self.threshold)) if len(cum) else 0
+            rate = float(np.sum(cum[:n]))
+        else:
+            a, b = fit
+            rates = (1.0 + np.concatenate([[0.0], np.cumsum(cum)])) / (
+                a + b * np.arange(1, len(cum) + 2)
+            )
+            n = int(np.argmax(rates))  # first maximum: the shorter draft on a tie
+            rate = float(rates[n])
+        return _Scored(source, _truncate(draft, n), probs[:n], rate)
+
+
+def _features(draft: Draft, j: int) -> tuple[int, float]:
+    """(match length, confidence) behind draft token j; (0, 1.0) when the drafter has none."""
+    length = draft.lengths[j] if draft.lengths else draft.match_len
+    conf = max(draft.dists[j].values()) if draft.dists and draft.dists[j] else 1.0
+    return int(length), float(conf)
+
+
+def _truncate(draft: Draft, n: int) -> Draft:
+    """The first n tokens of a draft, with the matching proposal rows."""
+    if n == len(draft.tokens):
+        return draft
+    q = draft.q[:n] if draft.q is not None else one_hot(draft.tokens[:n])
+    return replace(
+        draft,
+        tokens=draft.tokens[:n],
+        q=q,
+        dists=draft.dists[:n] if draft.dists else draft.dists,
+        lengths=draft.lengths[:n] if draft.lengths else draft.lengths,
+    )

@@ -1,0 +1,81 @@
+"""Cross-key checks of the `spec:` config block that a JSON schema cannot express."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvspec.errors import ConfigError
+
+
+def check_spec(config: Mapping[str, Any]) -> None:
+    """Raise ConfigError (naming the key) if the spec block refers to anything undefined."""
+    spec, models, datasets = config["spec"], config["models"], config["data"]["datasets"]
+    for role in ("target", "draft"):
+        _need(spec[role] in models, f"spec.{role}", f"unknown model {spec[role]!r}")
+    for name in spec["prompts"]["sources"]:
+        kind = datasets.get(name, {}).get("kind")
+        _need(
+            kind == "instruction", "spec.prompts.sources", f"{name!r} is not an instruction dataset"
+        )
+    for set_name, held in spec["heldout"].items():
+        extra = set(held["sources"]) - set(spec["prompts"]["sources"])
+        _need(
+            not extra,
+            f"spec.heldout.{set_name}.sources",
+            f"{sorted(extra)} not in spec.prompts.sources",
+        )
+    _check_generate(spec, models)
+    _check_acceptance(spec)
+    _check_speed(spec, datasets)
+    _check_drafts(spec, models)
+
+
+def _need(ok: bool, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"config key '{key}': {message}")
+
+
+def _check_generate(spec: Mapping[str, Any], models: Mapping[str, Any]) -> None:
+    for model in spec["generate"]["models"]:
+        _need(model in models, "spec.generate.models", f"unknown model {model!r}")
+    _need(
+        spec["target"] in spec["generate"]["models"],
+        "spec.generate.models",
+        f"the target {spec['target']!r} must generate responses (its index is analysed)",
+    )
+    _need(1.0 in spec["index"]["sft_fractions"], "spec.index.sft_fractions", "must include 1.0")
+
+
+def _check_acceptance(spec: Mapping[str, Any]) -> None:
+    acc = spec["acceptance"]
+    for name in [*acc["heldout"], acc["sweep_heldout"]]:
+        _need(name in spec["heldout"], "spec.acceptance", f"unknown held-out set {name!r}")
+
+
+def _check_speed(spec: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
+    speed = spec["speed"]
+    for name, bench in speed["sets"].items():
+        src = bench["prompts"]
+        ok = src in spec["heldout"] or datasets.get(src, {}).get("kind") in ("code", "math")
+        _need(
+            ok,
+            f"spec.speed.sets.{name}.prompts",
+            f"{src!r} is no held-out set or code/math dataset",
+        )
+    for model, run in speed["runs"].items():
+        key = f"spec.speed.runs.{model}"
+        _need(model in spec["generate"]["models"], key, "the model must be in spec.generate.models")
+        for name in run["sets"]:
+            _need(name in speed["sets"], f"{key}.sets", f"unknown benchmark set {name!r}")
+        _need("greedy" in run["methods"], f"{key}.methods", "the baseline 'greedy' must be listed")
+
+
+def _check_drafts(spec: Mapping[str, Any], models: Mapping[str, Any]) -> None:
+    drafts = spec.get("drafts")
+    if not drafts:
+        return
+    for name in drafts["models"]:
+        _need(name in models, "spec.drafts.models", f"unknown model {name!r}")
+    for name in drafts["sets"]:
+        _need(name in spec["speed"]["sets"], "spec.drafts.sets", f"unknown benchmark set {name!r}")

@@ -1,0 +1,1 @@
+"""Speculative sampling and three-model speculative sampling (document 004)."""

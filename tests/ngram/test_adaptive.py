@@ -1,0 +1,131 @@
+"""Adaptive draft depth: calibration, cutting, learning from verdicts, picking a drafter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvspec.decoding.drafts import Draft, one_hot
+from kvspec.ngram.adaptive import AdaptiveDrafter, Calibration
+
+
+class Fixed:
+    """A drafter that always proposes the same tokens with given confidences and lengths."""
+
+    def __init__(self, tokens: list[int], confs: list[float], lengths: list[int]) -> None:
+        self.tokens, self.confs, self.lengths = tokens, confs, lengths
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        n = min(k, len(self.tokens))
+        pairs = zip(self.tokens[:n], self.confs[:n], strict=True)
+        # the rest spread over 4 other ids: the top-1 probability stays c for c >= 0.2
+        dists = [{t: c, **{-i: (1 - c) / 4 for i in range(1, 5)}} for t, c in pairs]
+        return Draft(self.tokens[:n], one_hot(self.tokens[:n]), self.lengths[0], 1, dists,
+                     self.lengths[:n])  # fmt: skip
+
+
+def _rows(length: int, conf: float, hits: int, misses: int) -> pd.DataFrame:
+    tokens = [1] * (hits + misses)
+    modes = [1] * hits + [2] * misses
+    n = hits + misses
+    return pd.DataFrame(
+        {"suffix_len": [length] * n, "q_top1": [conf] * n, "q_mode": modes, "token": tokens}
+    )
+
+
+def _shrunk(h: float, m: float, big_h: float, big_m: float) -> float:
+    pooled = (big_h + 1) / (big_h + big_m + 2)
+    return (h + Calibration.SHRINK * pooled) / (h + m + Calibration.SHRINK)
+
+
+def test_calibration_from_rows_is_shrunk_to_the_sources_rate():
+    rows = pd.concat([_rows(8, 0.9, 18, 0), _rows(1, 0.3, 0, 8), _rows(1, 0.0, 5, 0)])
+    cal = Calibration.from_rows(rows, weight=1.0)  # rows without an n-gram are skipped
+    assert cal.estimate("index", 8, 0.9) == pytest.approx(_shrunk(18, 0, 18, 8))
+    assert cal.estimate("index", 1, 0.3) == pytest.approx(_shrunk(0, 8, 18, 8))
+    assert cal.estimate("index", 3, 0.5) == pytest.approx(19 / 28)  # empty bin: the pooled rate
+    assert cal.estimate("local", 8, 0.9) == pytest.approx(0.5)  # unseen source: 1/2
+    half = Calibration.from_rows(rows, weight=0.5)
+    assert half.estimate("index", 8, 0.9) == pytest.approx(_shrunk(9, 0, 9, 4))
+
+
+def test_draft_is_cut_where_the_running_product_falls_below_the_threshold():
+    cal = Calibration.from_rows(pd.concat([_rows(8, 0.9, 40, 0), _rows(1, 0.3, 0, 40)]))
+    good = Fixed([5, 6, 7, 8, 9], [0.9] * 5, [8] * 5)
+    drafter = AdaptiveDrafter({"index": good}, cal, threshold=0.5)
+    draft = drafter.propose([1], 5)
+    p = cal.estimate("index", 8, 0.9)
+    assert len(draft.tokens) == max(j for j in range(6) if p**j >= 0.5) > 0
+    assert draft.tokens == [5, 6, 7, 8, 9][: len(draft.tokens)]
+    assert len(draft.q) == len(draft.dists) == len(draft.lengths) == len(draft.tokens)
+    bad = AdaptiveDrafter({"index": Fixed([5, 6], [0.3] * 2, [1] * 2)}, cal, threshold=0.5)
+    assert bad.propose([1], 5).tokens == []  # nothing worth verifying: no draft
+
+
+def test_rejections_lower_trust_and_acceptances_raise_it():
+    drafter = AdaptiveDrafter({"local": Fixed([3, 4, 5, 6], [1.0] * 4, [2] * 4)}, threshold=0.3)
+    assert len(drafter.propose([0], 4).tokens) == 1  # 1/2 per token: 0.5, then 0.25 < 0.3
+    for _ in range(6):
+        drafter.propose([0], 4)
+        drafter.feedback(drafted=1, accepted=1)
+    assert len(drafter.propose([0], 4).tokens) == 4  # after six hits
+    drafter.feedback(drafted=4, accepted=4)
+    for _ in range(40):  # 11 hits, 40 misses
+        drafter.propose([0], 4)
+        drafter.feedback(drafted=4, accepted=0)
+    assert drafter.propose([0], 4).tokens == []
+
+
+def test_misses_in_one_bin_lower_the_estimate_of_unseen_bins():
+    cal = Calibration()
+    for _ in range(20):
+        cal.update("index", 2, 0.9, hit=False)
+    assert cal.estimate("index", 12, 0.3) < 0.1  # never seen, but the source is rarely right
+    assert cal.estimate("local", 12, 0.3) == pytest.approx(0.5)
+
+
+def test_cost_model_fits_verification_time():
+    from kvspec.ngram.adaptive import CostModel
+
+    cost = CostModel()
+    for _ in range(3):
+        cost.add(1, 0.10)
+    assert cost.fit() is None  # one position count only: slope unknown
+    for _ in range(3):
+        cost.add(9, 0.18)
+    a, b = cost.fit()
+    assert a == pytest.approx(0.09) and b == pytest.approx(0.01)
+
+
+def test_with_a_known_cost_the_cut_maximises_tokens_per_second():
+    cal = Calibration.from_rows(_rows(8, 0.9, 30, 10))  # 0.74 per token, roughly
+    drafter = AdaptiveDrafter({"index": Fixed([1, 2, 3, 4, 5, 6], [0.9] * 6, [8] * 6)}, cal)
+    p = cal.estimate("index", 8, 0.9)
+    for steep, want in ((0.001, 6), (0.5, 0)):  # cheap extra positions: draft all; dear: none
+        drafter.cost = type(drafter.cost)()
+        for n in (1, 1, 1, 7, 7, 7):
+            drafter.cost.add(n, 0.1 + steep * n)
+        rates = [
+            (1 + sum(p ** (j + 1) for j in range(n))) / (0.1 + steep * (n + 1)) for n in range(7)
+        ]
+        assert want == int(np.argmax(rates))
+        assert len(drafter.propose([0], 6).tokens) == want
+    drafter.feedback(0, 0, seconds=0.2)  # an empty draft still teaches the cost
+
+
+def test_hybrid_picks_the_draft_with_more_expected_accepted_tokens():
+    cal = Calibration.from_rows(pd.concat([_rows(8, 0.9, 60, 0), _rows(1, 0.4, 2, 30)]))
+    local = Fixed([7, 7, 7], [1.0] * 3, [2] * 3)  # unseen source: 1/2 per token
+    strong = Fixed([1, 2, 3, 4], [0.9] * 4, [8] * 4)
+    weak = Fixed([1, 2, 3, 4], [0.4] * 4, [1] * 4)
+    best = AdaptiveDrafter({"local": local, "index": strong}, cal, 0.3).propose([0], 4)
+    assert best.tokens == [1, 2, 3, 4]
+    hybrid = AdaptiveDrafter({"local": local, "index": weak}, cal, threshold=0.3)
+    assert hybrid.propose([0], 4).tokens == [7]
+    assert hybrid.chosen == {"local": 1, "index": 0}
+
+
+def test_needs_a_drafter():
+    with pytest.raises(ValueError, match="at least one"):
+        AdaptiveDrafter({})

@@ -1,0 +1,173 @@
+"""Timed benchmark runs: every method decodes like greedy; summaries compute the right ratios."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from kvspec.decoding.bench import ForwardCounter, run_benchmark
+from kvspec.decoding.bench_summary import mark_divergence, summarize
+from kvspec.decoding.loop import greedy_generate
+from kvspec.decoding.prompts import bench_prompts
+from kvspec.ngram.index import build_index
+from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+from kvspec.ngram.registry import METHODS
+
+VOCAB, EOS, NEW = 128, 127, 12
+
+
+def _llama(seed: int, hidden: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        eos_token_id=EOS, pad_token_id=EOS,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).double().eval()
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Setup:
+    target, draft = _llama(0, 64), _llama(1, 32)
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
+    indexes = {}
+    for name in ("sft", "target"):
+        path = tmp_path_factory.mktemp(name) / "idx"
+        build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
+        stats = path.parent / "idx.json"
+        stats.write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
+        indexes[name] = (str(path), str(stats))
+    engines = open_engines(indexes, max_support=1000)
+    decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
+    return Setup(target, [EOS], NEW, decode, draft=draft, engines=engines)
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[tuple[str, list[int]]]:
+    rng = np.random.default_rng(1)
+    return [(f"p{i}", rng.integers(0, EOS, 6 + i).tolist()) for i in range(3)]
+
+
+# sd_suffix_decoding needs Arctic Inference's suffix tree built: tests/ngram/test_suffix_peer.py
+LOCAL = [m for m in METHODS if m != "sd_suffix_decoding"]
+
+
+def test_every_method_decodes_like_greedy(setup, prompts):
+    methods = benchmark_methods(setup, LOCAL, ["greedy"])
+    records = run_benchmark(methods, prompts)
+    mark_divergence(setup.target, records, prompts)
+    for r in records:
+        assert r["exact"], r["method"]
+        want = greedy_generate(setup.target, dict(prompts)[r["prompt"]], NEW, [EOS])
+        assert r["tokens"] == want
+    summary = summarize(records).set_index("method")
+    assert list(summary.index) == LOCAL
+    assert summary.loc["greedy", "accept_len"] == 1.0 == summary.loc["hf_greedy", "accept_len"]
+    assert summary.loc["greedy", "speedup"] == 1.0
+    assert (summary["exact_vs_greedy"] == 1.0).all()
+
+
+def test_sample_mode_variants_are_named_and_not_compared(setup, prompts):
+    methods = benchmark_methods(
+        setup, ["greedy", "sd_infgram_target", "hf_greedy"], ["greedy", "sample"]
+    )
+    assert list(methods) == ["greedy", "sd_infgram_target", "hf_greedy", "sd_infgram_target@sample"]
+    records = run_benchmark(methods, prompts[:1])
+    mark_divergence(setup.target, records, prompts)
+    sampled = [r for r in records if r["method"].endswith("@sample")]
+    assert sampled[0]["exact"] is None and len(sampled[0]["tokens"]) == NEW
+
+
+def test_forward_counter_counts_calls(setup):
+    with ForwardCounter(setup.target) as fc:
+        greedy_generate(setup.target, [1, 2, 3], 5)
+    assert fc.calls == 1 + 5  # prefill + one forward per new token
+
+
+def test_summary_ratios():
+    rec = dict(prompt="p", draft_seconds=0.0, verify_seconds=0.0, draft_step_seconds=[], exact=True)
+    records = [
+        {**rec, "method": "greedy", "tokens": [1] * 10, "seconds": 1.0, "forwards": 10},
+        {**rec, "method": "sd_x", "tokens": [1] * 10, "seconds": 0.5, "forwards": 4,
+         "draft_seconds": 0.1, "verify_seconds": 0.3, "draft_step_seconds": [0.02, 0.03, 0.05]},
+    ]  # fmt: skip
+    s = summarize(records).set_index("method")
+    assert s.loc["sd_x", "speedup"] == pytest.approx(2.0)
+    assert s.loc["sd_x", "accept_len"] == pytest.approx(2.5)
+    assert s.loc["sd_x", "overhead_share"] == pytest.approx(0.2)
+    assert s.loc["sd_x", "draft_ms_median"] == pytest.approx(30.0)
+
+
+def test_bench_prompts_checks_size():
+    class Tok:
+        def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+            return [len(messages[0]["content"])]
+
+    recs = [{"task_id": "t0", "prompt": "def f():"}, {"task_id": "t1", "prompt": "def g(x):"}]
+    bench = {"name": "he", "prompts": "humaneval", "n": 2, "kind": "code"}
+    assert bench_prompts(recs, bench, Tok()) == [("t0", [8]), ("t1", [9])]
+    with pytest.raises(ValueError, match="wants 3"):
+        bench_prompts(recs, {**bench, "n": 3}, Tok())
+
+
+def test_baseline_runs_first_and_last_and_its_spread_flags_a_busy_machine():
+    from kvspec.decoding.bench import Run
+
+    calls: list[str] = []
+
+    def method(name):
+        def run(prompt):
+            calls.append(name)
+            return Run([1] * 10, 1.0 + len(calls) / 100, 10)
+
+        return run
+
+    records = run_benchmark(
+        {"greedy": method("greedy"), "x": method("x")}, [("a", [1]), ("b", [2])],
+        baseline_repeats=2,
+    )  # fmt: skip
+    assert calls == ["greedy", "x"] + ["greedy", "x", "greedy"] * 2  # warm-up, then per prompt
+    assert [r["method"] for r in records] == ["greedy", "x", "greedy", "x"]
+    assert all(r["load1"] >= 0 for r in records)
+    greedy = [r for r in records if r["method"] == "greedy"]
+    assert [r["baseline_seconds"] for r in greedy] == [[1.03, 1.05], [1.06, 1.08]]
+    calls.clear()
+    run_benchmark({"greedy": method("greedy"), "x": method("x")}, [("a", [1])], warmup=False)
+    assert calls == ["greedy", "x"]  # no warm-up: one run each
+
+
+def test_baseline_spread_and_unstable_flag():
+    from kvspec.decoding.bench_summary import baseline_spread
+
+    rec = dict(draft_seconds=0.0, verify_seconds=0.0, draft_step_seconds=[], exact=True, load1=0.5)
+    records = [
+        {**rec, "method": "greedy", "prompt": "a", "tokens": [1] * 10, "seconds": 1.0,
+         "forwards": 10, "baseline_seconds": [1.0, 1.2]},
+        {**rec, "method": "greedy", "prompt": "b", "tokens": [1] * 10, "seconds": 1.0,
+         "forwards": 10, "baseline_seconds": [1.0, 1.2]},
+        {**rec, "method": "sd_x", "prompt": "a", "tokens": [1] * 10, "seconds": 0.5,
+         "forwards": 4, "load1": 3.0},
+    ]  # fmt: skip
+    rates = [20 / 2.0, 20 / 2.4]
+    assert baseline_spread(records) == pytest.approx((rates[0] - rates[1]) / np.median(rates))
+    s = summarize(records, unstable_spread=0.1)
+    assert bool(s["baseline_unstable"].iloc[0]) and s["load1_max"].iloc[0] == 3.0
+    assert not summarize(records, unstable_spread=0.5)["baseline_unstable"].iloc[0]
+    one = [{**r, "baseline_seconds": [1.0]} if r["method"] == "greedy" else r for r in records]
+    assert np.isnan(baseline_spread(one))
+
+
+def test_prompt_sets_take_their_categories_in_turn() -> None:
+    from kvspec.decoding.prompts import _by_category
+
+    recs = [{"id": str(i), "prompt": f"p{i}", "category": c}
+            for i, c in enumerate(["a", "a", "b", "c", "b"])]  # fmt: skip
+    assert [i for i, _ in _by_category(recs, ["b", "a"])] == ["2", "0", "4", "1"]
+    assert [i for i, _ in _by_category(recs, None)] == ["0", "2", "3", "1", "4"]
+    with pytest.raises(ValueError, match="no prompt records of the categories"):
+        _by_category(recs, ["z"])

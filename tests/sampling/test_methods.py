@@ -1,0 +1,136 @@
+"""Document 004's decoding methods as samplers: greedy runs equal greedy decoding, samples are
+seeded, unknown kinds are refused, and the config's cross-key checks name the key."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from scipy.stats import chisquare
+
+from kvspec.config import ConfigError, validate
+from kvspec.decoding.loop import greedy_generate
+from kvspec.decoding.warp import warp
+from kvspec.sampling.methods import Settings, make_sampler
+from kvspec.seeds import derive
+from tests.tiny import tiny_llama
+
+from ..conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def models() -> dict:
+    return {"target": tiny_llama(0, vocab=32), "draft": tiny_llama(1, vocab=32),
+            "mid": tiny_llama(2, vocab=32)}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["classical", "sd", "three_model"])
+def test_greedy_settings_reproduce_greedy_decoding(models, kind: str) -> None:
+    sampler = make_sampler(kind, models, Settings(12, greedy=True, k=3, k_d=2, k_i=2))
+    sample = sampler([1, 2, 3], 0)
+    assert sample.tokens == greedy_generate(models["target"], [1, 2, 3], 12)
+    assert sample.steps >= 1 and sample.seconds > 0
+
+
+@pytest.mark.parametrize("kind", ["classical", "sd", "sd_printed", "three_model"])
+def test_samples_are_seeded(models, kind: str) -> None:
+    sampler = make_sampler(kind, models, Settings(10, temperature=0.9, top_p=0.9, k=2))
+    assert sampler([4, 5], 3).tokens == sampler([4, 5], 3).tokens
+    assert len(sampler([4, 5], 3).tokens) == 10
+
+
+def test_speculative_counts(models) -> None:
+    s = make_sampler("sd", models, Settings(16, temperature=1.0, k=4))([1, 2], 0)
+    assert 0 <= s.accepted <= s.drafted and 0 <= s.passing <= s.drafted and s.drafted > 0
+    with pytest.raises(ValueError, match="unknown decoding method"):
+        make_sampler("medusa", models, Settings(4))
+
+
+def _config(schema: dict) -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
+    cfg["data"]["mirror"] = str(REPO / "tests" / "fixtures" / "mirror")
+    return cfg
+
+
+@pytest.mark.parametrize(
+    ("edit", "key"),
+    [
+        (lambda s: s["methods"]["sd_A"].pop("k"), "sampling.methods.sd_A"),
+        (lambda s: s["methods"]["sd_A"].update(draft="nope"), "sampling.methods.sd_A.draft"),
+        (lambda s: s["figure_9"].append("sd_X"), "sampling.figure_9"),
+        (lambda s: s["humaneval"]["methods"].remove("three_model"), "sampling.figure_9"),
+        (
+            lambda s: s["experiments"]["A"].update(classical="sd_A"),
+            "sampling.experiments.A.classical",
+        ),
+        (lambda s: s["sweep"].update(method="classical"), "sampling.sweep.method"),
+    ],
+)
+def test_bad_sampling_config_names_the_key(schema, edit, key: str) -> None:
+    cfg = _config(schema)
+    validate(copy.deepcopy(cfg), schema)
+    edit(cfg["sampling"])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        validate(cfg, schema)
+
+
+# ---- exactness through the entry point the rules call -------------------------------------------
+# The first three tokens each sampler emits, over many sample seeds split from one run seed as
+# the stages split them, against the warped target's exact law of three tokens (enumerated).
+# k >= 2 with temperature and top-p: three_model's inner and outer verifiers and sd's draft and
+# verifier must draw from independent streams, or the joint law is off (caught at p ~ 1e-58
+# when both levels of three_model shared one seed).
+VOCAB, TEMPERATURE, TOP_P, PROMPT = 5, 0.8, 0.9, [1, 3, 2]
+
+
+def _sharp(seed: int, scale: float):
+    model = tiny_llama(seed, vocab=VOCAB, hidden=16, intermediate=32, layers=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def sharp_models() -> dict:
+    return {"target": _sharp(3, 8.0), "mid": _sharp(4, 6.0), "draft": _sharp(5, 6.0)}
+
+
+@torch.inference_mode()
+def _law3(model) -> np.ndarray:
+    """P(x1, x2, x3 | PROMPT) under warp(temperature, top_p), shape (V, V, V)."""
+    law = np.ones((1,))
+    prefixes: list[list[int]] = [[]]
+    for _ in range(3):
+        ids = torch.tensor([PROMPT + p for p in prefixes])
+        nxt = warp(model(ids).logits[:, -1], TEMPERATURE, TOP_P).numpy()  # (len(prefixes), V)
+        law = (law[:, None] * nxt).ravel()
+        prefixes = [p + [t] for p in prefixes for t in range(VOCAB)]
+    return law.reshape(VOCAB, VOCAB, VOCAB)
+
+
+def _pvalue(counts: np.ndarray, law: np.ndarray) -> float:
+    keep = law.ravel() > 1e-12
+    if counts.ravel()[~keep].sum():
+        return 0.0
+    expected = law.ravel()[keep] / law.ravel()[keep].sum() * counts.sum()
+    return float(chisquare(counts.ravel()[keep], expected).pvalue)
+
+
+def _draw(sampler, draws: int) -> np.ndarray:
+    counts = np.zeros((VOCAB,) * 3, dtype=np.int64)
+    for c in range(draws):
+        tokens = sampler(PROMPT, derive(7, "humaneval", 0, c)).tokens
+        counts[tuple(tokens[:3])] += 1
+    return counts
+
+
+@pytest.mark.parametrize(
+    ("kind", "exact"),
+    [("classical", True), ("sd", True), ("three_model", True), ("sd_printed", False)],
+)
+def test_make_sampler_follows_the_warped_target_law_of_three_tokens(sharp_models, kind, exact):
+    settings = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=2, k_d=2, k_i=2)
+    counts = _draw(make_sampler(kind, sharp_models, settings), 2000)
+    p = _pvalue(counts, _law3(sharp_models["target"]))
+    assert (p > 1e-3) if exact else (p < 1e-6), p
