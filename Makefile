@@ -1,6 +1,6 @@
 # The two commands. Each creates .venv when it is missing.
 #   make reproduce   run the whole study at the mini scale (config/config.yaml);
-#                    TARGET=thesis (or specdec_qwen, lecture) runs one document
+#                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
 #   make test        run the test suite (unit tests + the whole DAG at ci scale)
 PYTHON ?= python3
 VENV := .venv

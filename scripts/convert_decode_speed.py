@@ -4,15 +4,15 @@ from kvspec.care.decode_speed import decode_speed_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     decode_speed_stage(
-        p.models,
+        job["models"],
         snakemake.output[0],
-        contexts=p.settings["contexts"],
-        new_tokens=p.settings["new_tokens"],
-        repeats=p.settings["repeats"],
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        contexts=job["settings"]["contexts"],
+        new_tokens=job["settings"]["new_tokens"],
+        repeats=job["settings"]["repeats"],
+        seed=job["seed"],
+        device=job["device"],
+        dtype=job["dtype"],
         threads=snakemake.threads,
     )

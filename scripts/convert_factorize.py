@@ -4,13 +4,12 @@ from kvspec.care.pipeline import factorize_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     factorize_stage(
         snakemake.input.model,
         snakemake.input.get("stats"),
         snakemake.output[0],
         method=snakemake.wildcards.fact,
-        opts=snakemake.params.opts,
-        seed=snakemake.params.seed,
-        dtype=snakemake.params.dtype,
+        **job,
         threads=snakemake.threads,
     )

@@ -4,6 +4,7 @@ from kvspec.care.plans import sensitivity_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     sensitivity_stage(
-        snakemake.input[0], snakemake.wildcards.plan, snakemake.params.opts, snakemake.output[0]
+        snakemake.input[0], snakemake.wildcards.plan, job["opts"], snakemake.output[0]
     )

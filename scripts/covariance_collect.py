@@ -4,15 +4,15 @@ from kvspec.care.pipeline import covariance_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     covariance_stage(
         snakemake.input.model,
         snakemake.input.data,
         snakemake.output[0],
-        kind=p.calib["kind"],
-        calib=p.calib,
-        seed=p.seed,
-        dtype=p.dtype,
-        device=p.device,
+        kind=job["calib"]["kind"],
+        calib=job["calib"],
+        seed=job["seed"],
+        dtype=job["dtype"],
+        device=job["device"],
         threads=snakemake.threads,
     )

@@ -4,13 +4,13 @@ from kvspec.care.pipeline import evaluate_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     evaluate_stage(
         snakemake.input.model,
         snakemake.output[0],
-        tasks=p.tasks,
-        task_dir=p.task_dir,
-        settings=p.settings,
-        meta={"model": snakemake.wildcards.model, "variant": p.variant},
+        tasks=job["tasks"],
+        task_dir=job["task_dir"],
+        settings=job["settings"],
+        meta={"model": snakemake.wildcards.model, "variant": job["variant"]},
         threads=snakemake.threads,
     )

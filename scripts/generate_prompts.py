@@ -4,11 +4,9 @@ from kvspec.logs import log_to
 from kvspec.ngram.stages import prompts_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     prompts_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
-        heldout=p.heldout,
-        limit=p.limit,
-        seed=p.seed,
+        **job,
     )

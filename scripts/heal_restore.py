@@ -4,17 +4,17 @@ from kvspec.care.heal_stages import restore_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     restore_stage(
         snakemake.input.model,
         snakemake.input.stats,
         snakemake.output[0],
         method=snakemake.wildcards.method,
-        rank=p.rank,
-        freqfold=p.freqfold,
-        factorize_opts=p.opts,
-        cache=p.cache,
-        rope_width=p.rope_width,
-        schedule=p.schedule,
+        rank=job["rank"],
+        freqfold=job["freqfold"],
+        factorize_opts=job["opts"],
+        cache=job["cache"],
+        rope_width=job["rope_width"],
+        schedule=job["schedule"],
         threads=snakemake.threads,
     )

@@ -4,16 +4,17 @@ from kvspec.care.heal_stages import heal_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p, out = snakemake.params, snakemake.output
+    job = snakemake.params.job
+    job, out = job, snakemake.output
     heal_stage(
         snakemake.input.student,
         snakemake.input.teacher,
         snakemake.input.data,
-        kind=p.kind,
-        data_opts=p.data_opts,
-        train_opts=p.train,
-        seed=p.seed,
+        kind=job["kind"],
+        data_opts=job["data_opts"],
+        train_opts=job["train"],
+        seed=job["seed"],
         outputs={"models": list(out.models), "curve": out.curve, "stats": out.stats},
-        state_path=p.state,
+        state_path=job["state"],
         threads=snakemake.threads,
     )

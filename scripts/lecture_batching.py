@@ -4,14 +4,11 @@ from kvspec.lecture.stages import batching_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     batching_stage(
         snakemake.input.model,
         snakemake.input.roofline,
         snakemake.output[0],
-        settings=p.settings,
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        **job,
         threads=snakemake.threads,
     )

@@ -4,13 +4,13 @@ from kvspec.lecture.stages import kv_cache_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     kv_cache_stage(
-        p.models,
+        job["models"],
         snakemake.output[0],
-        settings=p.settings,
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        settings=job["settings"],
+        seed=job["seed"],
+        device=job["device"],
+        dtype=job["dtype"],
         threads=snakemake.threads,
     )

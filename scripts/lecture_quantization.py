@@ -4,16 +4,11 @@ from kvspec.lecture.stages import quantization_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     quantization_stage(
         snakemake.input.model,
         snakemake.input.calibration,
         snakemake.output[0],
-        settings=p.settings,
-        calib_kind=p.calib_kind,
-        tasks=p.tasks,
-        task_dir=p.task_dir,
-        eval_settings=p.eval_settings,
-        seed=p.seed,
+        **job,
         threads=snakemake.threads,
     )

@@ -4,11 +4,10 @@ from kvspec.lecture.stages import roofline_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     roofline_stage(
         snakemake.input.model,
         snakemake.output[0],
-        settings=p.settings,
-        seed=p.seed,
+        **job,
         threads=snakemake.threads,
     )

@@ -4,14 +4,10 @@ from kvspec.lecture.stages import scheduling_stage
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     scheduling_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
-        settings=p.settings,
-        bench=p.bench,
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        **job,
         threads=snakemake.threads,
     )

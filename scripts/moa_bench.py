@@ -4,16 +4,16 @@ from kvspec.logs import log_to
 from kvspec.neural.heads import neural_bench_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     neural_bench_stage(
         dict(snakemake.input.items()),
         snakemake.output.runs,
         snakemake.output.summary,
         model=snakemake.wildcards.model,
-        sets=p.sets,
-        device=p.device,
-        dtype=p.dtype,
-        seed=p.seed,
+        sets=job["sets"],
+        device=job["device"],
+        dtype=job["dtype"],
+        seed=job["seed"],
         threads=snakemake.threads,
-        **p.settings,
+        **job["settings"],
     )

@@ -4,16 +4,10 @@ from kvspec.logs import log_to
 from kvspec.neural.heads import head_train_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     head_train_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
-        drafter=p.drafter,
-        train=p.train,
-        data=p.data,
-        loss=p.loss,
-        device=p.device,
-        dtype=p.dtype,
-        seed=p.seed,
+        **job,
         threads=snakemake.threads,
     )

@@ -5,16 +5,13 @@ from kvspec.logs import log_to
 from kvspec.models.stages import distil_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     distil_stage(
         teacher=snakemake.input.teacher,
         responses=snakemake.input.responses,
-        decl=snakemake.params.decl,
-        seed=snakemake.params.seed,
+        **job,
         threads=snakemake.threads,
         out_model=snakemake.output.model,
         out_curve=snakemake.output.curve,
         out_stats=snakemake.output.stats,
-        checkpoint=snakemake.params.checkpoint,
-        device=snakemake.params.device,
-        dtype=snakemake.params.dtype,
     )

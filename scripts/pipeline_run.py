@@ -4,13 +4,10 @@ from kvspec.logs import log_to
 from kvspec.pipeline.stages import runs_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     runs_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
-        sets=p.sets,
-        settings=p.settings,
-        dtype=p.dtype,
-        seed=p.seed,
+        **job,
         threads=snakemake.threads,
     )

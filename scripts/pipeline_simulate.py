@@ -4,4 +4,5 @@ from kvspec.logs import log_to
 from kvspec.pipeline.stages import simulation_stage
 
 with log_to(snakemake.log[0]):
-    simulation_stage(snakemake.input[0], snakemake.output[0], settings=snakemake.params.settings)
+    job = snakemake.params.job
+    simulation_stage(snakemake.input[0], snakemake.output[0], settings=job["settings"])

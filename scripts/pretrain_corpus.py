@@ -4,9 +4,10 @@ from kvspec.logs import log_to
 from kvspec.models.stages import corpus_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     corpus_stage(
         dict(snakemake.input.items()),
-        snakemake.params.kinds,
-        snakemake.params.stdlib_bytes,
+        job["kinds"],
+        job["stdlib_bytes"],
         snakemake.output[0],
     )

@@ -4,12 +4,12 @@ from kvspec.logs import log_to
 from kvspec.models.stages import tokenize_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     out = snakemake.output
     tokenize_stage(
         snakemake.input.corpus,
         snakemake.input.tokenizer,
-        val_fraction=snakemake.params.val_fraction,
-        seed=snakemake.params.seed,
+        **job,
         out_train=out.train,
         out_val=out.val,
         out_stats=out.stats,

@@ -4,6 +4,5 @@ from kvspec.logs import log_to
 from kvspec.models.stages import tokenizer_stage
 
 with log_to(snakemake.log[0]):
-    tokenizer_stage(
-        snakemake.input[0], snakemake.params.tokenizer, snakemake.params.seed, snakemake.output[0]
-    )
+    job = snakemake.params.job
+    tokenizer_stage(snakemake.input[0], job["tokenizer"], job["seed"], snakemake.output[0])

@@ -4,16 +4,17 @@ from kvspec.logs import log_to
 from kvspec.models.stages import train_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     inp, out = snakemake.input, snakemake.output
     train_stage(
-        snakemake.params.decl,
+        job["decl"],
         inp.tokenizer,
         inp.train,
         inp.val,
-        seed=snakemake.params.seed,
+        seed=job["seed"],
         threads=snakemake.threads,
         out_model=out.model,
         out_curve=out.curve,
         out_stats=out.stats,
-        checkpoint=snakemake.params.checkpoint,
+        checkpoint=job["checkpoint"],
     )

@@ -4,13 +4,15 @@ from kvspec.logs import log_to
 from kvspec.remote.stage import remote_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     remote_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
         model=snakemake.wildcards.model,
         drafter=snakemake.wildcards.drafter,
-        dtype=snakemake.params.dtype,
-        seed=snakemake.params.seed,
+        sandbox=job["sandbox"],
+        dtype=job["dtype"],
+        seed=job["seed"],
         threads=snakemake.threads,
-        **snakemake.params.settings,
+        **job["settings"],
     )

@@ -4,17 +4,19 @@ from kvspec.logs import log_to
 from kvspec.sampling.stages import humaneval_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     humaneval_stage(
-        p.models,
+        job["models"],
         snakemake.input.problems,
         snakemake.output[0],
-        target=p.target,
+        target=job["target"],
         label=snakemake.wildcards.method,
-        method=p.method,
-        settings=p.settings,
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        method=job["method"],
+        settings=job["settings"],
+        sandbox=job["sandbox"],
+        seed=job["seed"],
+        device=job["device"],
+        dtype=job["dtype"],
         threads=snakemake.threads,
+        checkpoint=job["checkpoint"],
     )

@@ -4,16 +4,16 @@ from kvspec.logs import log_to
 from kvspec.sampling.stages import math500_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     math500_stage(
-        p.models,
+        job["models"],
         snakemake.input.problems,
         snakemake.output[0],
-        target=p.target,
-        method=p.method,
-        settings=p.settings,
-        seed=p.seed,
-        device=p.device,
-        dtype=p.dtype,
+        target=job["target"],
+        method=job["method"],
+        settings=job["settings"],
+        seed=job["seed"],
+        device=job["device"],
+        dtype=job["dtype"],
         threads=snakemake.threads,
     )

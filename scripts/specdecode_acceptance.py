@@ -4,6 +4,7 @@ from kvspec.logs import log_to
 from kvspec.ngram.stages import acceptance_stage
 
 with log_to(snakemake.log[0]):
+    job = snakemake.params.job
     inp, p, w = snakemake.input, snakemake.params, snakemake.wildcards
     acceptance_stage(
         inp.model,
@@ -13,10 +14,6 @@ with log_to(snakemake.log[0]):
         snakemake.output[0],
         heldout=w.heldout,
         responder=w.responder,
-        max_support=p.max_support,
-        temperature=p.temperature,
-        max_tokens=p.max_tokens,
-        device=p.device,
-        dtype=p.dtype,
+        **job,
         threads=snakemake.threads,
     )

@@ -4,12 +4,10 @@ from kvspec.logs import log_to
 from kvspec.ngram.stages import draft_latency_stage
 
 with log_to(snakemake.log[0]):
-    p = snakemake.params
+    job = snakemake.params.job
     draft_latency_stage(
         dict(snakemake.input.items()),
         snakemake.output[0],
         model=snakemake.wildcards.model,
-        settings=p.settings,
-        decode=p.decode,
-        seed=p.seed,
+        **job,
     )

@@ -1,4 +1,4 @@
-"""A throw-away single-node Slurm on this machine, for tests/test_slurm.py (and by hand).
+"""A throw-away single-node Slurm on this machine, for tests/workflow/test_slurm.py (and by hand).
 
 Writes /etc/slurm/slurm.conf (node name from `hostname -s`, CPUs and memory from
 `slurmd -C`, accounting off), starts munged, slurmctld and slurmd as root, waits (bounded)

@@ -47,6 +47,9 @@ def _set(cfg: dict, dotted: str, value) -> None:
         ("data.datasets.alpaca.kind", "images", "data.datasets.alpaca.kind"),
         ("data.datasets.alpaca.shuffle", True, "data.datasets.alpaca.shuffle"),
         ("seed", -3, "seed"),
+        ("pipeline.pipeinfer.cutoff", 2.0, "pipeline.pipeinfer.cutoff"),  # a probability
+        ("care.factorize.care_lambda", 1.5, "care.factorize.care_lambda"),
+        ("sandbox.filesystem", "off", "sandbox.filesystem"),
     ],
 )
 def test_bad_value_names_the_key(
@@ -115,3 +118,31 @@ def test_key_order_does_not_matter(mini_config: dict, schema: dict) -> None:
     reordered = yaml.safe_load(yaml.safe_dump(mini_config, sort_keys=True))
     a, b = validate(mini_config, schema), validate(reordered, schema)
     assert repr(a) == repr(b)
+
+
+PROBABILITY_WORDS = ("probability", "fraction", "share", "cutoff", "rate of", "top-p", "top_p")
+
+
+def _number_keys(node: dict, path: str = ""):
+    """(dotted key, schema node) of every number-valued key of the schema."""
+    kinds = node.get("type") if isinstance(node.get("type"), list) else [node.get("type")]
+    if "number" in kinds:
+        yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from _number_keys(sub, f"{path}.{key}".lstrip("."))
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        yield from _number_keys(extra, f"{path}.*")
+    for sub in node.get("oneOf", []) + node.get("anyOf", []):
+        yield from _number_keys(sub, path)
+
+
+def test_every_probability_like_key_is_bounded(schema: dict) -> None:
+    """A key the schema describes as a probability, fraction, share or cutoff has a maximum
+    (`pipeline.pipeinfer.cutoff: 2.0` was once accepted)."""
+    unbounded = [
+        key for key, node in _number_keys(schema)
+        if any(w in (node.get("description") or "").lower() for w in PROBABILITY_WORDS)
+        and not {"maximum", "exclusiveMaximum"} & set(node)
+    ]  # fmt: skip
+    assert unbounded == []

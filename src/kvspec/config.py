@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -150,18 +151,15 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key 'models.{model}.pretrain': pretrain.sources is empty")
     check_distil(config)
     check_care(config)
-    if config.get("spec"):
-        from kvspec.ngram.settings import check_spec
+    for block, module in DOMAIN_CHECKS.items():
+        if config.get(block):
+            settings = importlib.import_module(f"kvspec.{module}.settings")
+            getattr(settings, f"check_{block}")(config)
 
-        check_spec(config)
-    if config.get("sampling"):
-        from kvspec.sampling.settings import check_sampling
 
-        check_sampling(config)
-    if config.get("lecture"):
-        from kvspec.lecture.settings import check_lecture
-
-        check_lecture(config)
+# config block -> the package whose `settings.check_<block>` validates it (none imports torch)
+DOMAIN_CHECKS = {"spec": "ngram", "sampling": "sampling", "pipeline": "pipeline", "moa": "neural",
+                 "remote": "remote", "lecture": "lecture"}  # fmt: skip
 
 
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:
@@ -315,7 +313,16 @@ def check_care(config: Mapping[str, Any]) -> None:
     _check_care_models(config, care)
     _check_eval_tasks(config, care)
     _check_heal_budgets(care)
+    _check_heal_rank(config, care)
     _check_decode_speed(config, care)
+
+
+def _check_heal_rank(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    """A rank_fraction needs the model's g_h·d_h (a pretrain architecture) to resolve."""
+    heal = care.get("heal")
+    if heal and not heal["rank"] and kv_width(config, heal["model"]) is None:
+        raise ConfigError("config key 'care.heal.rank': the model has no pretrain arch to "
+                          "resolve rank_fraction of g_h·d_h; give an explicit rank")  # fmt: skip
 
 
 def _check_decode_speed(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:

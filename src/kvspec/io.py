@@ -91,3 +91,44 @@ def read_rows(path: str | os.PathLike[str]) -> pd.DataFrame:
     text = Path(path).read_text()
     body = text.split("\n", 1)[1] if text.startswith("#") else text
     return pd.read_csv(io.StringIO(body))
+
+
+class Journal:
+    """An append-only JSONL record of finished work units, so a killed job resumes where it
+    stopped: `done()` reads the complete lines (a line torn by a crash ends the read and is
+    redone), `append` makes each unit durable before the next starts, `finish` removes the
+    journal once the job's output is written."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, key: str = "id") -> None:
+        self.path, self.key = (Path(path) if path else None), key
+
+    def done(self) -> dict[Any, dict[str, Any]]:
+        """key -> record of every unit already finished."""
+        done: dict[Any, dict[str, Any]] = {}
+        if self.path is None or not self.path.exists():
+            return done
+        for line in self.path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                break  # cut short by a crash: redo from here
+            done[_key(record[self.key])] = record
+        return done
+
+    def append(self, records: list[dict[str, Any]]) -> None:
+        if self.path is None or not records:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in records)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def finish(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+def _key(value: Any) -> Any:
+    """A hashable key from a JSON value (lists become tuples)."""
+    return tuple(value) if isinstance(value, list) else value

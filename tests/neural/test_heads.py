@@ -72,6 +72,6 @@ def test_tree_methods_are_summarised_beside_greedy(target) -> None:
     prompts = [("a", [3, 17, 5])]
     records = run_benchmark(methods, prompts, baseline_repeats=2)
     mark_divergence(target, records, prompts)
-    summary = summarize(records)
+    summary = summarize(records, unstable_spread=0.1)
     assert list(summary["method"]) == ["greedy", "eagle/chain", "eagle/tree"]
     assert (summary["exact_vs_greedy"] == 1.0).all()

@@ -100,7 +100,8 @@ def test_cost_model_fits_verification_time():
 
 def test_with_a_known_cost_the_cut_maximises_tokens_per_second():
     cal = Calibration.from_rows(_rows(8, 0.9, 30, 10))  # 0.74 per token, roughly
-    drafter = AdaptiveDrafter({"index": Fixed([1, 2, 3, 4, 5, 6], [0.9] * 6, [8] * 6)}, cal)
+    drafter = AdaptiveDrafter({"index": Fixed([1, 2, 3, 4, 5, 6], [0.9] * 6, [8] * 6)}, cal,
+                              threshold=0.2)  # fmt: skip
     p = cal.estimate("index", 8, 0.9)
     for steep, want in ((0.001, 6), (0.5, 0)):  # cheap extra positions: draft all; dear: none
         drafter.cost = type(drafter.cost)()
@@ -119,7 +120,7 @@ def test_hybrid_picks_the_draft_with_more_expected_accepted_tokens():
     local = Fixed([7, 7, 7], [1.0] * 3, [2] * 3)  # unseen source: 1/2 per token
     strong = Fixed([1, 2, 3, 4], [0.9] * 4, [8] * 4)
     weak = Fixed([1, 2, 3, 4], [0.4] * 4, [1] * 4)
-    best = AdaptiveDrafter({"local": local, "index": strong}, cal, 0.3).propose([0], 4)
+    best = AdaptiveDrafter({"local": local, "index": strong}, cal, threshold=0.3).propose([0], 4)
     assert best.tokens == [1, 2, 3, 4]
     hybrid = AdaptiveDrafter({"local": local, "index": weak}, cal, threshold=0.3)
     assert hybrid.propose([0], 4).tokens == [7]
@@ -128,4 +129,4 @@ def test_hybrid_picks_the_draft_with_more_expected_accepted_tokens():
 
 def test_needs_a_drafter():
     with pytest.raises(ValueError, match="at least one"):
-        AdaptiveDrafter({})
+        AdaptiveDrafter({}, threshold=0.2)

@@ -72,9 +72,11 @@ class FixedIndex:
 
 def test_gates_drop_short_matches() -> None:
     ctx = [1, 2, 3, 4, 1, 2]  # request-local match "1 2" (n = 2)
-    settings = LocalTreeSettings(min_local=3, min_index=5)
+    settings = LocalTreeSettings.defaults(min_local=3, min_index=5)
     assert HybridTreeDrafter(FixedIndex([9, 9], 4), settings).propose_tree(ctx, 8).tokens == []
-    both = HybridTreeDrafter(FixedIndex([9, 9], 5), LocalTreeSettings(min_local=2, min_index=5))
+    both = HybridTreeDrafter(
+        FixedIndex([9, 9], 5), LocalTreeSettings.defaults(min_local=2, min_index=5)
+    )
     assert _paths(both.propose_tree(ctx, 8)) == {(3,), (3, 4), (3, 4, 1), (3, 4, 1, 2), (9,),
                                                  (9, 9)}  # fmt: skip
     assert both.chosen == {"local": 1, "index": 1}
@@ -101,7 +103,7 @@ def test_greedy_tree_decoding_with_the_hybrid_equals_greedy(seed: int) -> None:
     prompt = [3, 5, 7, 3, 5, 7, 3, 5, 1, 2, 3, 5]
     want = greedy_generate(target, prompt, 40)
     index = FixedIndex(want[2:10] + [0, 1], 3)  # partly right branches, to accept and reject
-    drafter = HybridTreeDrafter(index, LocalTreeSettings(min_local=1, min_index=3))
+    drafter = HybridTreeDrafter(index, LocalTreeSettings.defaults(min_local=1, min_index=3))
     got, steps = tree_generate(target, prompt, drafter, 40)
     assert got == want
     assert drafter.chosen["local"] > 0 and index.calls >= len(steps) - 1  # last: no budget

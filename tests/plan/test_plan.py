@@ -7,15 +7,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvspec.config import validate
+from kvspec.config import ConfigError, validate
 from kvspec.plan import Plan
 from kvspec.plan.names import Converted, Healed, Original
 
 from ..conftest import REPO
-from .conftest import SCALES, edited
+from .conftest import SCALES, dag_jobs, edited, outputs_of
 
-# Per-rule job counts (snakemake -n) at the three scales, as the workflow ran them before the
-# plan existed; tests/plan/test_contract.py checks the plan against snakemake -n itself.
+# Per-rule job counts of `snakemake -n` at the three scales.
 EXPECTED_JOBS = {
     "ci": {"evaluate_lmeval": 21, "evaluate_original": 2, "evaluate_healed": 8,
            "convert_mla": 22, "convert_allocate": 19, "convert_sensitivity": 5,
@@ -54,19 +53,19 @@ TOTALS = {"ci": 238, "config": 321, "paper": 1476}
 
 
 @pytest.mark.parametrize("scale", SCALES)
-def test_job_counts(plans, scale: str) -> None:
-    jobs = plans[scale].jobs()
+def test_job_counts(dags, scale: str) -> None:
+    jobs = dags[scale]
     counts = {rule: len(outs) for rule, outs in jobs.items()}
     assert {r: counts.get(r, 0) for r in EXPECTED_JOBS[scale]} == EXPECTED_JOBS[scale]
-    assert sum(counts.values()) == TOTALS[scale]
+    assert sum(counts.values()) == TOTALS[scale]  # rule all included
 
 
 @pytest.mark.parametrize("scale", SCALES)
-def test_every_report_input_is_planned(plans, scale: str) -> None:
+def test_every_report_input_is_planned(plans, dags, scale: str) -> None:
     """Closure: each file a report item reads is produced by some planned job (or is a
     transcription of the paper), and every planned evaluation feeds some report item."""
-    plan = plans[scale]
-    produced = plan.outputs()
+    plan, jobs = plans[scale], dags[scale]
+    produced = outputs_of(jobs)
     read = set()
     for item in plan.report_items():
         for group, files in item.inputs.items():
@@ -75,7 +74,6 @@ def test_every_report_input_is_planned(plans, scale: str) -> None:
                     continue
                 read.add(f)
                 assert f in produced, f"{item.rule} reads {f} ({group}), not planned"
-    jobs = plan.jobs()
     evaluations = {*jobs["evaluate_lmeval"], *jobs["evaluate_original"], *jobs["evaluate_healed"]}
     assert evaluations <= read, f"orphan evaluations: {sorted(evaluations - read)[:3]}"
 
@@ -124,7 +122,8 @@ def test_adding_one_rank_adds_exactly_its_variants(configs, schema, plans) -> No
     # one rank x three methods x two table models; nothing removed
     assert len(new) == 6 and set(before.evaluate.columns) <= set(after.evaluate.columns)
     assert {v.plan.value for _, v in new} == {16}  # 0.5 of g_h·d_h = 32
-    grew = {r for r, jobs in after.jobs().items() if len(jobs) != len(before.jobs()[r])}
+    old, new = dag_jobs(before.config), dag_jobs(after.config)
+    grew = {r for r, jobs in new.items() if len(jobs) != len(old[r])}
     assert grew == {"evaluate_lmeval", "convert_mla", "convert_allocate"}
 
 
@@ -176,18 +175,17 @@ def test_stages_off_when_absent(configs, schema) -> None:
         "report_status"}  # fmt: skip
 
 
-def test_distilled_draft_reads_its_teachers_responses(plans) -> None:
-    plan = plans["ci"]
+def test_distilled_draft_reads_its_teachers_responses(plans, dags) -> None:
+    plan, jobs = plans["ci"], dags["ci"]
     assert plan.base.distilled == ["draft"] and "draft" not in plan.base.pretrained
     assert "draft" not in plan.base.hub_models
-    jobs = plan.jobs()
     assert jobs["models_distil"] == {"results/models/draft": (
         "results/models/draft", "results/distil/draft/curve.csv",
         "results/distil/draft/stats.json")}  # fmt: skip
     inputs = plan.base.distil_inputs(SimpleNamespace(model="draft"))
     assert inputs == {"teacher": "results/models/target",
                       "responses": "results/generate/target/responses.jsonl"}  # fmt: skip
-    assert set(inputs.values()) <= plan.outputs()
+    assert set(inputs.values()) <= outputs_of(jobs)
 
 
 def test_draft_quality_against_the_teacher(plans) -> None:
@@ -205,13 +203,13 @@ def test_draft_quality_against_the_teacher(plans) -> None:
     assert plans["paper"].spec.drafts == []  # no spec.drafts block: no jobs, no table
 
 
-def test_suffix_decoding_needs_its_build_and_the_responses(configs, schema, plans) -> None:
+def test_suffix_decoding_needs_its_build_and_the_responses(configs, schema, dags) -> None:
     """Listing sd_suffix_decoding adds the build job once and both inputs to that run only."""
-    assert "specdecode_arctic_build" not in plans["ci"].jobs()
+    assert "specdecode_arctic_build" not in dags["ci"]
     cfg = copy.deepcopy(configs["ci"])
     cfg["spec"]["speed"]["runs"]["target"]["methods"].append("sd_suffix_decoding")
     plan = Plan(validate(cfg, schema))
-    assert plan.jobs()["specdecode_arctic_build"] == {
+    assert dag_jobs(plan.config)["specdecode_arctic_build"] == {
         "resources/arctic_suffix": ("resources/arctic_suffix",)
     }
     inputs = plan.spec.speed_inputs(SimpleNamespace(model="target", bench="humaneval"))
@@ -227,19 +225,19 @@ def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
     cfg["spec"]["speed"]["runs"]["target_alt"]["methods"] = ["greedy"]  # no response index
     cfg["moa"]["alt"] = None  # no heads trained on its responses
     responses = "results/generate/target_alt/responses.jsonl"
-    assert responses not in Plan(validate(cfg, schema)).outputs()
+    assert responses not in outputs_of(dag_jobs(validate(cfg, schema)))
     cfg["models"]["draft_alt"] = {
         "distil": dict(cfg["models"]["draft"]["distil"], teacher="target_alt")
     }
-    plan = Plan(validate(cfg, schema))
-    assert responses in plan.outputs()
-    assert plan.jobs()["models_distil"].keys() == {
+    jobs = dag_jobs(validate(cfg, schema))
+    assert responses in outputs_of(jobs)
+    assert jobs["models_distil"].keys() == {
         "results/models/draft",
         "results/models/draft_alt",
     }
 
 
-def test_decode_speed_times_planned_models_only(plans, configs, schema) -> None:
+def test_decode_speed_times_planned_models_only(plans, dags, configs, schema) -> None:
     """The original first, the Table 3.1 conversion at each decode-speed rank, the first
     restored initialisation; every one is produced by some planned job."""
     plan = plans["config"]
@@ -250,12 +248,12 @@ def test_decode_speed_times_planned_models_only(plans, configs, schema) -> None:
         "transmla restored (DeepSeek-V3, Table 3.3 rank)",
     ]
     assert models["GQA (original)"] == "results/models/target"
-    assert set(models.values()) <= plan.outputs()
-    assert "results/convert/target/decode_speed.json" in plan.jobs()["convert_decode_speed"]
+    assert set(models.values()) <= outputs_of(dags["config"])
+    assert "results/convert/target/decode_speed.json" in dags["config"]["convert_decode_speed"]
     cfg = copy.deepcopy(configs["config"])
     cfg["care"]["decode_speed"] = None
     off = Plan(validate(cfg, schema))
-    assert "convert_decode_speed" not in off.jobs()
+    assert "convert_decode_speed" not in dag_jobs(off.config)
     assert all(i.rule != "report_care_decode_speed" for i in off.report_items())
 
 
@@ -268,8 +266,10 @@ def test_report_categories_are_plain_rst_text(plans, scale: str) -> None:
 
 
 def test_pipeline_needs_the_spec_blocks_prompt_sets(configs) -> None:
-    with pytest.raises(ValueError, match="'pipeline' needs the spec block"):
-        Plan(dict(configs["ci"], spec=None, lecture=None))
+    from kvspec.pipeline.settings import check_pipeline
+
+    with pytest.raises(ConfigError, match="'pipeline': needs the spec block"):
+        check_pipeline(dict(configs["ci"], spec=None))
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,6 @@ def test_bad_remote_blocks_are_refused(configs, schema, key, value, message) -> 
         Plan(validate(config, schema))
 
 
-def test_the_remote_block_needs_the_moa_block(configs) -> None:
-    with pytest.raises(ValueError, match="'remote' needs the moa block"):
-        Plan(dict(configs["ci"], moa=None))
+def test_the_remote_block_needs_the_moa_block(configs, schema) -> None:
+    with pytest.raises(ConfigError, match="'remote': needs the moa block"):
+        validate(dict(configs["ci"], moa=None), schema)

@@ -25,9 +25,7 @@ if PLAN.care:
             mem_mb=16000,
             runtime=60,
         params:
-            opts=config["care"]["factorize"],
-            seed=config["seed"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("convert_factorize"),
         script:
             script_path("convert_factorize.py")
 
@@ -62,7 +60,7 @@ if PLAN.care:
             env_path("training")
         threads: 1
         params:
-            opts=PLAN.care.sensitivity_opts,
+            job=PLAN.params("convert_sensitivity"),
         script:
             script_path("convert_sensitivity.py")
 
@@ -89,11 +87,11 @@ if PLAN.care:
         script:
             script_path("convert_mla.py")
 
-    if config["care"]["decode_speed"]:
+    if PLAN.care.decode_speed:
 
         rule convert_decode_speed:
             input:
-                lambda wildcards: list(PLAN.care.decode_speed_models().values()),
+                list(PLAN.care.decode_speed_models().values()),
             output:
                 P.DECODE_SPEED,
             log:
@@ -108,12 +106,8 @@ if PLAN.care:
             resources:
                 mem_mb=16000,
                 runtime=60,
-                gpu=config["resources"]["gpus"],
+                gpu=PLAN.gpus,
             params:
-                models=PLAN.care.decode_speed_models(),
-                settings=config["care"]["decode_speed"],
-                device=config["resources"]["device"],
-                dtype=config["resources"]["dtype"],
-                seed=config["seed"],
+                job=PLAN.params("convert_decode_speed"),
             script:
                 script_path("convert_decode_speed.py")

@@ -22,11 +22,8 @@ if PLAN.care:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            calib=PLAN.care.calib_settings,
-            seed=config["seed"],
-            dtype=config["resources"]["dtype"],
-            device=config["resources"]["device"],
+            job=PLAN.params("covariance_collect"),
         script:
             script_path("covariance_collect.py")

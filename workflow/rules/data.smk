@@ -11,7 +11,6 @@ rule data_normalize:
     conda:
         env_path("training")
     params:
-        decl=PLAN.base.dataset_decl,
-        mirror=config["data"]["mirror"],
+        job=PLAN.params("data_normalize"),
     script:
         script_path("data_normalize.py")

@@ -21,12 +21,9 @@ if PLAN.care:
         resources:
             mem_mb=40000,
             runtime=240,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            tasks=PLAN.evaluate.original_tasks,
-            task_dir=str(PLAN.base.repo / "config/lm_eval_tasks"),
-            settings=PLAN.evaluate.settings(),
-            variant="original",
+            job=PLAN.params("evaluate_original"),
         script:
             script_path("evaluate_lmeval.py")
 
@@ -50,12 +47,9 @@ if PLAN.care:
         resources:
             mem_mb=40000,
             runtime=240,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            tasks=PLAN.evaluate.converted_tasks,
-            task_dir=str(PLAN.base.repo / "config/lm_eval_tasks"),
-            settings=PLAN.evaluate.settings(),
-            variant="{fact}-{calib}/{plan}",
+            job=PLAN.params("evaluate_lmeval"),
         script:
             script_path("evaluate_lmeval.py")
 
@@ -81,11 +75,8 @@ if PLAN.heal:
         resources:
             mem_mb=40000,
             runtime=240,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            tasks=PLAN.evaluate.healed_tasks,
-            task_dir=str(PLAN.base.repo / "config/lm_eval_tasks"),
-            settings=PLAN.evaluate.settings(),
-            variant="heal-{method}/tokens-{budget}",
+            job=PLAN.params("evaluate_healed"),
         script:
             script_path("evaluate_lmeval.py")

@@ -15,9 +15,7 @@ if PLAN.spec:
         conda:
             env_path("evaluation")
         params:
-            heldout=config["spec"]["heldout"],
-            limit=config["spec"]["prompts"]["limit"],
-            seed=config["seed"],
+            job=PLAN.params("generate_prompts"),
         script:
             script_path("generate_prompts.py")
 
@@ -40,16 +38,9 @@ if PLAN.spec:
         resources:
             mem_mb=8000,
             runtime=720,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            fraction=lookup(dpath="spec/generate/models/{model}", within=config),
-            heldout=PLAN.spec.gen_heldout,
-            shards=config["spec"]["generate"]["shards"],
-            max_new_tokens=config["spec"]["generate"]["max_new_tokens"],
-            batch_size=config["spec"]["generate"]["batch_size"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
-            checkpoint=P.SHARD_STATE,
+            job=PLAN.params("generate_responses"),
         script:
             script_path("generate_responses.py")
 

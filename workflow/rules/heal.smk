@@ -25,12 +25,7 @@ if PLAN.heal:
             mem_mb=40000,
             runtime=60,
         params:
-            rank=PLAN.heal.rank(),
-            freqfold=config["care"]["heal"]["freqfold"],
-            cache=config["care"]["heal"]["cache"],
-            rope_width=config["care"]["heal"]["rope_dim"],
-            schedule=PLAN.heal.schedule,
-            opts=config["care"]["factorize"],
+            job=PLAN.params("heal_restore"),
         script:
             script_path("heal_restore.py")
 
@@ -57,10 +52,6 @@ if PLAN.heal:
             runtime=4320,
             gpu=PLAN.heal.gpus(),
         params:
-            kind=PLAN.heal.kind(),
-            data_opts=config["care"]["heal"]["data"],
-            train=config["care"]["heal"]["train"],
-            seed=config["seed"],
-            state=P.HEAL_STATE,
+            job=PLAN.params("heal_train"),
         script:
             script_path("heal_train.py")

@@ -21,8 +21,7 @@ if PLAN.lecture:
             mem_mb=4000,
             runtime=30,
         params:
-            settings=config["lecture"]["roofline"],
-            seed=config["seed"],
+            job=PLAN.params("lecture_roofline"),
         script:
             script_path("lecture_roofline.py")
 
@@ -42,12 +41,9 @@ if PLAN.lecture:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            settings=config["lecture"]["batching"],
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("lecture_batching"),
         script:
             script_path("lecture_batching.py")
 
@@ -66,13 +62,9 @@ if PLAN.lecture:
         resources:
             mem_mb=8000,
             runtime=30,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            models=PLAN.lecture.kv_models(),
-            settings=config["lecture"]["kv_cache"],
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("lecture_kv_cache"),
         script:
             script_path("lecture_kv_cache.py")
 
@@ -91,14 +83,9 @@ if PLAN.lecture:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            settings=config["lecture"]["quantization"],
-            calib_kind=PLAN.lecture.calibration_kind(),
-            tasks=PLAN.lecture.quantization_tasks(),
-            task_dir=str(PLAN.base.repo / "config/lm_eval_tasks"),
-            eval_settings=PLAN.evaluate.settings(),
-            seed=config["seed"],
+            job=PLAN.params("lecture_quantization"),
         script:
             script_path("lecture_quantization.py")
 
@@ -117,13 +104,9 @@ if PLAN.lecture:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            settings=config["lecture"]["speculative"],
-            bench=PLAN.lecture.bench("speculative"),
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("lecture_speculative"),
         script:
             script_path("lecture_speculative.py")
 
@@ -142,12 +125,8 @@ if PLAN.lecture:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            settings=config["lecture"]["scheduling"],
-            bench=PLAN.lecture.bench("scheduling"),
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("lecture_scheduling"),
         script:
             script_path("lecture_scheduling.py")

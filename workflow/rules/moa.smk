@@ -22,15 +22,9 @@ if PLAN.moa:
         resources:
             mem_mb=8000,
             runtime=120,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            drafter=PLAN.moa.drafter,
-            train=PLAN.moa.train_of,
-            data=PLAN.moa.data_of,
-            loss=config["moa"]["loss"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("moa_train"),
         script:
             script_path("moa_train.py")
 
@@ -50,13 +44,9 @@ if PLAN.moa:
         resources:
             mem_mb=8000,
             runtime=120,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            sets=PLAN.moa.sets,
-            settings=PLAN.moa.bench_settings,
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("moa_bench"),
         script:
             script_path("moa_bench.py")
 
@@ -77,7 +67,6 @@ if PLAN.moa:
             mem_mb=4000,
             runtime=30,
         params:
-            quality=config["moa"].get("quality"),
-            max_new_tokens=config["moa"]["max_new_tokens"],
+            job=PLAN.params("moa_quality"),
         script:
             script_path("moa_quality.py")

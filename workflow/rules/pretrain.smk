@@ -11,8 +11,7 @@ rule pretrain_corpus:
     conda:
         env_path("training")
     params:
-        kinds=PLAN.base.pretrain_kinds(),
-        stdlib_bytes=config["pretrain"]["python_stdlib_bytes"],
+        job=PLAN.params("pretrain_corpus"),
     script:
         script_path("pretrain_corpus.py")
 
@@ -29,8 +28,7 @@ rule pretrain_tokenizer:
     conda:
         env_path("training")
     params:
-        tokenizer=config["tokenizer"],
-        seed=config["seed"],
+        job=PLAN.params("pretrain_tokenizer"),
     script:
         script_path("pretrain_tokenizer.py")
 
@@ -50,8 +48,7 @@ rule pretrain_tokenize:
     conda:
         env_path("training")
     params:
-        val_fraction=config["pretrain"]["val_fraction"],
-        seed=config["seed"],
+        job=PLAN.params("pretrain_tokenize"),
     script:
         script_path("pretrain_tokenize.py")
 
@@ -78,8 +75,6 @@ rule pretrain_train:
         mem_mb=6000,
         runtime=120,
     params:
-        decl=lookup(dpath="models/{model}/pretrain", within=config),
-        seed=config["seed"],
-        checkpoint=P.PRETRAIN_STATE,
+        job=PLAN.params("pretrain_train"),
     script:
         script_path("pretrain_train.py")

@@ -22,8 +22,6 @@ if PLAN.remote:
             mem_mb=8000,
             runtime=120,
         params:
-            settings=PLAN.remote.settings,
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("remote_run"),
         script:
             script_path("remote_run.py")

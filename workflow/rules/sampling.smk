@@ -22,15 +22,9 @@ if PLAN.sampling:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            models=PLAN.sampling.sweep_models(),
-            target=config["sampling"]["target"],
-            method=PLAN.sampling.method(config["sampling"]["sweep"]["method"]),
-            settings=PLAN.sampling.settings("sweep"),
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("sampling_sweep"),
         script:
             script_path("sampling_sweep.py")
 
@@ -52,15 +46,9 @@ if PLAN.sampling:
         resources:
             mem_mb=8000,
             runtime=120,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            models=PLAN.sampling.humaneval_models,
-            target=config["sampling"]["target"],
-            method=PLAN.sampling.humaneval_method,
-            settings=PLAN.sampling.settings("humaneval"),
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("sampling_humaneval"),
         script:
             script_path("sampling_humaneval.py")
 
@@ -80,15 +68,9 @@ if PLAN.sampling:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            models=PLAN.sampling.timing_models(),
-            target=config["sampling"]["target"],
-            methods=PLAN.sampling.timing_methods(),
-            settings=PLAN.sampling.settings("timing"),
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("sampling_timing"),
         script:
             script_path("sampling_timing.py")
 
@@ -108,14 +90,8 @@ if PLAN.sampling:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            models=PLAN.sampling.math500_models(),
-            target=config["sampling"]["target"],
-            method=PLAN.sampling.method(config["sampling"]["math500"]["method"]),
-            settings=config["sampling"]["math500"],
-            seed=config["seed"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("sampling_math500"),
         script:
             script_path("sampling_math500.py")

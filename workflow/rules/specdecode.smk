@@ -27,13 +27,9 @@ if PLAN.spec:
         resources:
             mem_mb=8000,
             runtime=120,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            max_support=config["spec"]["index"]["max_support"],
-            temperature=config["spec"]["acceptance"]["temperature"],
-            max_tokens=config["spec"]["generate"]["max_new_tokens"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
+            job=PLAN.params("specdecode_acceptance"),
         script:
             script_path("specdecode_acceptance.py")
 
@@ -56,19 +52,9 @@ if PLAN.spec:
         resources:
             mem_mb=16000,
             runtime=240,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            methods=lookup(dpath="spec/speed/runs/{model}/methods", within=config),
-            bench=PLAN.spec.speed_set,
-            decode=config["spec"]["decode"],
-            max_new_tokens=config["spec"]["speed"]["max_new_tokens"],
-            repeats=config["spec"]["speed"]["repeats"],
-            baseline_repeats=config["spec"]["speed"]["baseline_repeats"],
-            unstable_spread=config["spec"]["speed"]["unstable_spread"],
-            max_support=config["spec"]["index"]["max_support"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("specdecode_speed"),
         script:
             script_path("specdecode_speed.py")
 
@@ -106,9 +92,7 @@ if PLAN.spec:
             mem_mb=4000,
             runtime=30,
         params:
-            settings=config["spec"]["latency"],
-            decode=config["spec"]["decode"],
-            seed=config["seed"],
+            job=PLAN.params("specdecode_draft_latency"),
         script:
             script_path("specdecode_draft_latency.py")
 
@@ -129,12 +113,8 @@ if PLAN.spec:
         resources:
             mem_mb=8000,
             runtime=60,
-            gpu=config["resources"]["gpus"],
+            gpu=PLAN.gpus,
         params:
-            sets=PLAN.spec.draft_sets(),
-            settings=config["spec"]["drafts"],
-            device=config["resources"]["device"],
-            dtype=config["resources"]["dtype"],
-            seed=config["seed"],
+            job=PLAN.params("specdecode_draft_quality"),
         script:
             script_path("specdecode_draft_quality.py")

@@ -68,14 +68,6 @@ def run_of_steps(tokens: list[int], steps: Sequence[Any], seconds: float) -> Run
     )  # fmt: skip
 
 
-def until_stop(tokens: list[int], stops: Sequence[int]) -> list[int]:
-    """`tokens` up to and including the first stop token."""
-    for i, t in enumerate(tokens):
-        if t in stops:
-            return tokens[: i + 1]
-    return tokens
-
-
 def run_benchmark(
     methods: Mapping[str, Method],
     prompts: Sequence[tuple[str, list[int]]],

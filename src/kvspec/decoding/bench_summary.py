@@ -51,7 +51,7 @@ def _share(flags: pd.Series) -> float:
 
 
 def summarize(
-    records: Sequence[Mapping[str, Any]], baseline: str = "greedy", unstable_spread: float = 0.1
+    records: Sequence[Mapping[str, Any]], *, unstable_spread: float, baseline: str = "greedy"
 ) -> pd.DataFrame:
     """Per method: tokens/s, accepted length, speedup over `baseline`, time split, exactness,
     draft ms per step (median and p90); per set: the baseline's spread over its repeats,

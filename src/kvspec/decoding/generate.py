@@ -20,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from kvspec.data.records import write_jsonl
+from kvspec.io import Journal
 
 log = logging.getLogger(__name__)
 
@@ -109,20 +110,6 @@ def _batches(records: list[dict[str, Any]], batch_size: int) -> Iterator[list[di
         yield ordered[start : start + batch_size]
 
 
-def read_done(checkpoint: Path) -> dict[str, dict[str, Any]]:
-    """Responses already in a shard checkpoint (complete lines only; a torn tail is ignored)."""
-    done: dict[str, dict[str, Any]] = {}
-    if not checkpoint.exists():
-        return done
-    for line in checkpoint.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            break  # a line cut short by a crash: redo from there
-        done[rec["id"]] = rec
-    return done
-
-
 def generate_shard(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -140,8 +127,8 @@ def generate_shard(
     output is written atomically in input order. Returns the number of newly generated
     responses.
     """
-    ckpt = Path(checkpoint) if checkpoint else None
-    done = read_done(ckpt) if ckpt else {}
+    journal = Journal(checkpoint)
+    done = journal.done()
     stops = stop_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     todo = [
@@ -151,8 +138,6 @@ def generate_shard(
     ]
     log.info("%d prompts, %d from checkpoint, %d to generate", len(prompts), len(done), len(todo))
     new = 0
-    if ckpt:
-        ckpt.parent.mkdir(parents=True, exist_ok=True)
     with tqdm(total=len(todo), desc="generate", unit="prompt", mininterval=5) as bar:
         for batch in _batches(todo, batch_size):
             outs = generate_batch(
@@ -162,14 +147,11 @@ def generate_shard(
                 _response_record(b, o, tokenizer, stops) for b, o in zip(batch, outs, strict=True)
             ]
             done.update({r["id"]: r for r in recs})
-            if ckpt:
-                with open(ckpt, "a") as fh:
-                    fh.writelines(json.dumps(r) + "\n" for r in recs)
+            journal.append(recs)
             new += len(recs)
             bar.update(len(batch))
     write_jsonl(out_path, [done[p["id"]] for p in prompts])
-    if ckpt:
-        ckpt.unlink(missing_ok=True)
+    journal.finish()
     return new
 
 

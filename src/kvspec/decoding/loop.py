@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,14 +64,7 @@ def speculative_generate(
         raise ValueError(f"mode must be 'greedy' or 'sample', not {mode!r}")
     generator = torch.Generator().manual_seed(seed)
     prompt = as_prompt(input_ids)
-    observe = getattr(drafter, "observe", None)  # feature drafters (kvspec.neural.eagle)
-    watch = getattr(drafter, "observe_cache", None)  # K/V drafters (kvspec.neural.moa)
-    with feature_tap(target, observe is not None) as tap:
-        cache = prefill(target, prompt)
-        if observe is not None and len(prompt) > 1:
-            observe(tap.last, 0)
-        if watch is not None:
-            watch(cache)
+    with session(target, prompt, drafter) as (cache, tap, observe, watch):
         seq, new, steps = list(prompt), [], []
         while len(new) < max_new_tokens and not ended(new, eos_token_id):
             budget = min(k, max_new_tokens - len(new) - 1)
@@ -103,6 +96,22 @@ def speculative_generate(
             passing = passing if drafted == len(drafts) else accepted  # drafts cut after an EOS
             steps.append(Step(drafted, accepted, t1 - t0, t2 - t1, cache.get_seq_length(), passing))
         return new[:max_new_tokens], steps
+
+
+@contextlib.contextmanager
+def session(target: torch.nn.Module, prompt: list[int], drafter: Any) -> Iterator[tuple]:
+    """The target's cache prefilled with the prompt, and for drafters that read the target's
+    state what they need: (cache, feature tap, `observe`, `observe_cache`); the two hooks are
+    None for drafters without them. Features and cache of the prompt are handed over here."""
+    observe = getattr(drafter, "observe", None)  # feature drafters (kvspec.neural.eagle)
+    watch = getattr(drafter, "observe_cache", None)  # K/V drafters (kvspec.neural.moa)
+    with feature_tap(target, observe is not None) as tap:
+        cache = prefill(target, prompt)
+        if observe is not None and len(prompt) > 1:
+            observe(tap.last, 0)
+        if watch is not None:
+            watch(cache)
+        yield cache, tap, observe, watch
 
 
 def feature_tap(target: torch.nn.Module, wanted: bool) -> Any:
@@ -200,16 +209,19 @@ def as_prompt(input_ids: torch.Tensor | list[int]) -> list[int]:
 
 
 def stop_set(eos_token_id: int | Sequence[int] | None) -> set[int]:
+    """The stop tokens as a set, from one id, several, or None."""
     if eos_token_id is None:
         return set()
     return {int(eos_token_id)} if isinstance(eos_token_id, int) else {int(e) for e in eos_token_id}
 
 
 def ended(tokens: list[int], eos_token_id: int | Sequence[int] | None) -> bool:
+    """Did generation stop: is the last emitted token a stop token?"""
     return bool(tokens) and tokens[-1] in stop_set(eos_token_id)
 
 
 def truncate_at_eos(tokens: list[int], eos_token_id: int | Sequence[int] | None) -> list[int]:
+    """`tokens` up to and including the first stop token."""
     stops = stop_set(eos_token_id)
     for i, t in enumerate(tokens):
         if t in stops:

@@ -30,9 +30,8 @@ from kvspec.decoding.loop import (
     Step,
     as_prompt,
     ended,
-    feature_tap,
     forward_tokens,
-    prefill,
+    session,
     truncate_at_eos,
 )
 
@@ -292,14 +291,7 @@ def tree_generate(
     the features of the committed positions, `observe_cache` the cache of verified positions.
     """
     prompt = as_prompt(input_ids)
-    observe = getattr(drafter, "observe", None)
-    watch = getattr(drafter, "observe_cache", None)
-    with feature_tap(target, observe is not None) as tap:
-        cache = prefill(target, prompt)
-        if observe is not None and len(prompt) > 1:
-            observe(tap.last, 0)
-        if watch is not None:
-            watch(cache)
+    with session(target, prompt, drafter) as (cache, tap, observe, watch):
         seq, new, steps = list(prompt), [], []
         while len(new) < max_new_tokens and not ended(new, eos_token_id):
             budget = max_new_tokens - len(new) - 1

@@ -41,17 +41,24 @@ def tests_of(problem: Problem) -> Callable[[Mapping[str, Callable[..., Any]]], N
     return run
 
 
-def check_completion(problem: Problem, completion: str, timeout_s: float = 5.0) -> RunResult:
-    """Judge one completion: prompt + completion in the sandbox, the tests here."""
-    return check_program(problem["prompt"] + completion, tests_of(problem), timeout_s=timeout_s)
+def check_completion(problem: Problem, completion: str, timeout_s: float = 5.0,
+                     require_fs: bool = True) -> RunResult:  # fmt: skip
+    """Judge one completion: prompt + completion in the sandbox, the tests here (`require_fs`:
+    refuse to run where the sandbox cannot hide the file system)."""
+    return check_program(problem["prompt"] + completion, tests_of(problem), timeout_s=timeout_s,
+                         require_fs=require_fs)  # fmt: skip
 
 
-def _check_job(job: tuple[Problem, str, float]) -> RunResult:
+Job = tuple[Problem, str, float, bool]  # problem, completion, timeout, require_fs
+
+
+def _check_job(job: Job) -> RunResult:
     return check_completion(*job)
 
 
-def check_all(jobs: Sequence[tuple[Problem, str, float]], workers: int = 2) -> list[RunResult]:
-    """Results for (problem, completion, timeout) jobs, in order, with `workers` runs in flight.
+def check_all(jobs: Sequence[Job], workers: int = 2) -> list[RunResult]:
+    """Results for (problem, completion, timeout, require_fs) jobs, in order, with `workers`
+    runs in flight.
 
     Threads suffice: each thread only launches a sandboxed child and waits for it.
     """
@@ -85,14 +92,15 @@ def score(
     problems: Mapping[str, Problem] | None = None,
     timeout_s: float = 5.0,
     workers: int = 2,
+    require_fs: bool = True,
 ) -> dict[str, Any]:
     """Per-task and mean pass@k for completions keyed by task_id.
 
     A mean pass@k is reported only for k no larger than every task's sample count, as in
-    the reference implementation.
+    the reference implementation. `isolation` lists what contained the programs.
     """
     problems = problems if problems is not None else load_problems()
-    jobs = [(problems[t], s, timeout_s) for t, comps in samples.items() for s in comps]
+    jobs = [(problems[t], s, timeout_s, require_fs) for t, comps in samples.items() for s in comps]
     flat, per_task, at = check_all(jobs, workers), {}, 0
     for task_id, comps in samples.items():
         per_task[task_id] = _task_summary(flat[at : at + len(comps)], ks)
@@ -103,4 +111,6 @@ def score(
         for k in ks
         if 1 <= k <= n_min
     }
-    return {"pass@k": means, "n_tasks": len(per_task), "per_task": per_task}
+    isolation = sorted({t for r in flat for t in r.isolation if not t.startswith("uid=")})
+    return {"pass@k": means, "n_tasks": len(per_task), "per_task": per_task,
+            "isolation": isolation}  # fmt: skip

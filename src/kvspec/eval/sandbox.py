@@ -10,6 +10,15 @@ the uid cannot write outside its temp dir or world-writable directories, cannot 
 parent's /proc entries, and every process it ever spawns (even ones that left the session)
 can be found and killed by uid afterwards.
 
+The program also runs in its own mount namespace (bubblewrap, `bwrap`, from the Debian
+archive: `apt-get install bubblewrap`) whose file system holds only what the interpreter
+needs: its executable, its standard library, the shared libraries they load, /dev/null and
+/dev/urandom, a private /tmp, and the program's own working directory. The benchmark's tests
+(in the installed packages), the repository, `results/`, model weights and site-packages do
+not exist there. Without bubblewrap the sandbox refuses to run unless the caller allows a
+visible file system (`require_fs=False`, config `sandbox.filesystem: optional`), and every
+result records which isolation applied.
+
 A run counts as passed only if the interpreter exits with status 0 *and* a small runner
 around the program reports, over an inherited pipe and with a per-run nonce that is in
 neither the program's source nor its environment, that the program body ran to its end.
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import resource
@@ -99,6 +109,11 @@ class Isolation:
     drop_uid: bool  # running as root: each program gets its own unused uid
     python: str  # interpreter the sandboxed uid can actually execute
     subreaper: bool  # we adopt orphaned sandbox processes, so none is left as a zombie
+    mounts: tuple[str, ...] = ()  # read-only binds of the mount namespace; () = no bwrap
+
+
+class SandboxUnavailable(RuntimeError):
+    """The file system cannot be hidden from the program here, and the caller requires it."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,7 @@ class _Limits:
     mem_mb: int
     fsize_mb: int
     nproc: int
+    require_fs: bool = True  # refuse to run without a private mount namespace
 
 
 def _unshare_net() -> None:
@@ -169,13 +185,70 @@ def detect_isolation() -> Isolation:
 
     Also makes this process a child subreaper, once, so it can reap sandbox orphans.
     """
-    python = _probe_python(_pick_uid()) if os.geteuid() == 0 else None
-    return Isolation(
+    uid = _pick_uid() if os.geteuid() == 0 else None
+    python = _probe_python(uid) if uid is not None else None
+    iso = Isolation(
         netns=_probe_netns(),
         drop_uid=python is not None,
         python=python or sys.executable,
         subreaper=_become_subreaper(),
     )
+    mounts = _interpreter_files(iso.python)
+    if mounts and _probe_bwrap(mounts, iso.python, uid if iso.drop_uid else None):
+        return dataclasses.replace(iso, mounts=mounts)
+    return iso
+
+
+def _interpreter_files(python: str) -> tuple[str, ...]:
+    """Every path the interpreter needs to start and import its standard library: itself,
+    the stdlib directories, and the shared libraries of the executable and of lib-dynload."""
+    probe = ("import sys, sysconfig; p = sysconfig.get_paths(); "
+             "print(sys.executable); print(p['stdlib']); print(p['platstdlib'])")  # fmt: skip
+    out = _runs([python, "-I", "-S", "-c", probe])
+    if out is None or shutil.which("ldd") is None:
+        return ()
+    exe, *libs = out.splitlines()
+    dynload = os.path.join(libs[-1], "lib-dynload")
+    objects = [exe, *(os.path.join(dynload, n) for n in _listdir(dynload) if n.endswith(".so"))]
+    shared = {line.split("=>")[-1].split("(")[0].strip() for obj in objects
+              for line in (_runs(["ldd", obj]) or "").splitlines() if "/" in line}  # fmt: skip
+    files = {os.path.realpath(sys.executable if exe == "" else exe), *libs, *shared}
+    files |= {f for f in ("/etc/ld.so.cache",) if os.path.exists(f)}
+    return tuple(sorted(f for f in files if f and os.path.exists(f)))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _bwrap_argv(mounts: tuple[str, ...], workdir: str) -> list[str]:
+    """bubblewrap's arguments: new namespaces of every kind, only `mounts` (read-only), the
+    two devices, a private /tmp and the read-write working directory."""
+    argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--die-with-parent"]
+    for path in mounts:
+        argv += ["--ro-bind", path, path]
+    for path in mounts:  # packages installed into the interpreter's own prefix stay hidden
+        argv += [a for sub in ("site-packages", "dist-packages")
+                 if os.path.isdir(os.path.join(path, sub))
+                 for a in ("--tmpfs", os.path.join(path, sub))]  # fmt: skip
+    for dev in ("/dev/null", "/dev/urandom"):
+        argv += ["--dev-bind", dev, dev]
+    return [*argv, "--tmpfs", "/tmp", "--bind", workdir, workdir, "--chdir", workdir, "--"]
+
+
+def _probe_bwrap(mounts: tuple[str, ...], python: str, uid: int | None) -> bool:
+    """Does an interpreter start inside bubblewrap's namespaces (as the sandbox uid)?"""
+    if shutil.which("bwrap") is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="kvspec-bwrap-") as tmp:
+        if uid is not None:
+            os.chown(tmp, uid, uid)
+        argv = [*_bwrap_argv(mounts, tmp), python, "-I", "-S", "-c", "import math, re"]
+        ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        return _runs(argv, **ids) is not None
 
 
 def _proc_table() -> Iterator[tuple[int, int, int, int, str]]:
@@ -366,6 +439,7 @@ def _verdict(
 
 def _isolation_tags(iso: Isolation, uid: int | None) -> tuple[str, ...]:
     tags = ["subprocess", "setsid", "rlimits", "tmpdir", "clean-env"]
+    tags += ["mountns(bwrap)"] if iso.mounts else ["filesystem-visible"]
     tags += ["netns"] if iso.netns else ["network-not-isolated"]
     tags += [f"uid={uid}"] if uid is not None else ["same-uid"]
     tags += ["subreaper"] if iso.subreaper else []
@@ -452,8 +526,9 @@ def _start(
 ) -> subprocess.Popen[bytes]:
     """The contained interpreter running `runner` with program.py in `workdir`; `fds` are
     inherited and passed to the runner as arguments."""
+    argv = [iso.python, "-I", "-S", "-B", "-c", runner, *map(str, fds)]
     return subprocess.Popen(
-        [iso.python, "-I", "-S", "-B", "-c", runner, *map(str, fds)],
+        [*_bwrap_argv(iso.mounts, workdir), *argv] if iso.mounts else argv,
         stdin=subprocess.DEVNULL,
         stdout=out,  # files, not pipes: output floods hit RLIMIT_FSIZE, not our memory
         stderr=err,
@@ -482,6 +557,12 @@ def contained(source: str, runner: str, fds: tuple[int, ...], lim: _Limits) -> I
     exit kill and reap everything it spawned, even on KeyboardInterrupt, and remove its files.
     """
     iso = detect_isolation()
+    if lim.require_fs and not iso.mounts:
+        raise SandboxUnavailable(
+            "generated code would see this machine's files (the benchmark's tests among them): "
+            "install bubblewrap (apt-get install bubblewrap), or allow it with the config "
+            "key sandbox.filesystem: optional"
+        )
     uid = _pick_uid() if iso.drop_uid else None
     with (
         _workdir(uid, source) as workdir,
@@ -502,9 +583,14 @@ def contained(source: str, runner: str, fds: tuple[int, ...], lim: _Limits) -> I
 
 
 def limits(
-    timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int = 512, fsize_mb: int = 16, nproc: int = 32
+    timeout_s: float = 5.0,
+    cpu_s: int = 5,
+    mem_mb: int = 512,
+    fsize_mb: int = 16,
+    nproc: int = 32,
+    require_fs: bool = True,
 ) -> _Limits:
-    return _Limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc)
+    return _Limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc, require_fs)
 
 
 def run_program(
@@ -514,6 +600,7 @@ def run_program(
     mem_mb: int = 512,
     fsize_mb: int = 16,
     nproc: int = 32,
+    require_fs: bool = True,
 ) -> RunResult:
     """Run `source` as __main__ in a contained child process and judge how it ended.
 
@@ -527,7 +614,7 @@ def run_program(
     imports, no locks), which is what Python's warning about pre-exec hooks and threads is
     about.
     """
-    lim = limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc)
+    lim = limits(timeout_s, cpu_s, mem_mb, fsize_mb, nproc, require_fs)
     nonce = secrets.token_hex(16).encode()
     with _Channel(nonce) as chan:
         with contained(source, _RUNNER, chan.child_fds(), lim) as box:

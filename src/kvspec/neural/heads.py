@@ -212,6 +212,7 @@ def neural_bench_stage(
     max_new_tokens: int,
     max_support: int,
     baseline_repeats: int,
+    unstable_spread: float,
     device: str,
     dtype: str,
     seed: int,
@@ -251,7 +252,7 @@ def neural_bench_stage(
         recs = run_benchmark(chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=False)
         mark_divergence(target, recs, prompts)
         records += [{**r, "set": name} for r in recs]
-        summary = summarize(recs)
+        summary = summarize(recs, unstable_spread=unstable_spread)
         summary.insert(0, "set", name)
         summaries.append(summary)
         log.info("%s\n%s", name, summary.to_string())

@@ -19,14 +19,16 @@ from kvspec.provenance import provenance
 log = logging.getLogger(__name__)
 
 
-def score_answer(metric: str, record: Mapping[str, Any], answer: str, timeout_s: float) -> float:
+def score_answer(metric: str, record: Mapping[str, Any], answer: str, timeout_s: float,
+                 require_fs: bool = True) -> float:  # fmt: skip
     """1/0 (HumanEval passed, GSM8K correct) or ROUGE-L F (CNN/DM) of one answer."""
     from kvspec.eval.quality import code_of, gsm8k_correct, rouge_l_f
 
     if metric == "humaneval":
         from kvspec.eval.humaneval import check_completion
 
-        return float(check_completion(record, "\n" + code_of(answer), timeout_s).passed)
+        code = "\n" + code_of(answer)
+        return float(check_completion(record, code, timeout_s, require_fs).passed)
     reference = record.get("reference")
     if not reference:
         raise ValueError(f"prompt {record.get('id')!r} has no reference: {metric} needs one")
@@ -40,7 +42,8 @@ def _by_id(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def quality_stage(inputs: Mapping[str, str], out_runs: str, out_summary: str, *,
-                  quality: Mapping[str, Any], max_new_tokens: int) -> None:  # fmt: skip
+                  quality: Mapping[str, Any], max_new_tokens: int,
+                  sandbox: Mapping[str, Any]) -> None:  # fmt: skip
     """Score every decoded answer of the scored sets (`inputs`: `runs`, `model` for its
     tokenizer, `prompts_<set>`); per (method, metric): prompts, mean score, answers cut at
     max_new_tokens, answers identical to greedy's."""
@@ -58,7 +61,8 @@ def quality_stage(inputs: Mapping[str, str], out_runs: str, out_summary: str, *,
         }
         for r in (r for r in runs if r["set"] == name):
             answer = tokenizer.decode(r["tokens"], skip_special_tokens=True)
-            score = score_answer(metric, prompts[r["prompt"]], answer, quality["timeout_s"])
+            score = score_answer(metric, prompts[r["prompt"]], answer, quality["timeout_s"],
+                                 sandbox["filesystem"] == "required")  # fmt: skip
             rows.append({"method": r["method"], "metric": metric, "set": name,
                          "prompt": r["prompt"], "score": score,
                          "cut": len(r["tokens"]) >= max_new_tokens,
@@ -73,5 +77,15 @@ def quality_stage(inputs: Mapping[str, str], out_runs: str, out_summary: str, *,
         n=("score", "size"), score=("score", "mean"), cut=("cut", "sum"),
         same_as_greedy=("same_as_greedy", "mean")).reset_index()  # fmt: skip
     log.info("\n%s", summary.to_string())
-    write_json(out_runs, {"answers": rows, "provenance": provenance(dict(quality))})
+    write_json(out_runs, {"answers": rows, "sandbox": _isolation(sandbox),
+                          "provenance": provenance(dict(quality))})  # fmt: skip
     write_text(out_summary, summary.to_csv(index=False))
+
+
+def _isolation(sandbox: Mapping[str, Any]) -> dict[str, Any]:
+    """The sandbox policy and what this machine let it apply."""
+    from kvspec.eval.sandbox import detect_isolation
+
+    iso = detect_isolation()
+    return {"filesystem": sandbox["filesystem"], "mount_namespace": bool(iso.mounts),
+            "network_namespace": iso.netns, "own_uid": iso.drop_uid}  # fmt: skip

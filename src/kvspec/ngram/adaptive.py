@@ -134,7 +134,8 @@ class AdaptiveDrafter:
         self,
         drafters: Mapping[str, Drafter],
         calibration: Calibration | None = None,
-        threshold: float = 0.2,
+        *,
+        threshold: float,
     ) -> None:
         if not drafters:
             raise ValueError("AdaptiveDrafter needs at least one drafter")

@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     names = ["greedy", "hf_prompt_lookup", "sd_infgram_target", *args.methods]
     methods = benchmark_methods(setup, names, ["greedy"])
-    summary = summarize(run_benchmark(methods, prompts)).set_index("method")
+    spread = schema_defaults("spec", "speed")["unstable_spread"]
+    summary = summarize(run_benchmark(methods, prompts), unstable_spread=spread)
+    summary = summary.set_index("method")
     sd, greedy, hf = (summary.loc[m] for m in ("sd_infgram_target", "greedy", "hf_prompt_lookup"))
     print(f"\nHumanEval, {args.n} prompts, {args.max_new_tokens} new tokens, batch 1, k={args.k}:")
     for name, row in summary.iterrows():

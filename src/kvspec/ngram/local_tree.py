@@ -28,16 +28,16 @@ from kvspec.decoding.tree import ROOT, DraftTree
 
 @dataclass(frozen=True)
 class LocalTreeSettings:
-    """Knobs of `HybridTreeDrafter` (config: spec.decode.local_tree)."""
+    """Knobs of `HybridTreeDrafter` (config: spec.decode.local_tree; defaults in the schema)."""
 
-    factor: float = 2.0  # local tree depth <= factor x match length
-    min_prob: float = 0.1  # keep trie nodes continued by at least this share of occurrences
-    max_nodes: int = 32  # local trie nodes kept (most probable first)
-    depth: int = 24  # local tree depth cap
-    max_match: int = 32  # longest suffix looked up in the context
-    index_k: int = 16  # tokens of the index's chain
-    min_local: int = 2  # local tree only when the context suffix matched >= this many tokens
-    min_index: int = 3  # index chain only when its match is >= this many tokens
+    factor: float  # local tree depth <= factor x match length
+    min_prob: float  # keep trie nodes continued by at least this share of occurrences
+    max_nodes: int  # local trie nodes kept (most probable first)
+    depth: int  # local tree depth cap
+    max_match: int  # longest suffix looked up in the context
+    index_k: int  # tokens of the index's chain
+    min_local: int  # local tree only when the context suffix matched >= this many tokens
+    min_index: int  # index chain only when its match is >= this many tokens
 
     @classmethod
     def from_config(cls, block: Mapping[str, Any] | None) -> LocalTreeSettings:
@@ -48,6 +48,13 @@ class LocalTreeSettings:
                 f"unknown local_tree settings {sorted(unknown)}; known: {sorted(known)}"
             )
         return cls(**dict(block or {}))
+
+    @classmethod
+    def defaults(cls, **overrides: Any) -> LocalTreeSettings:
+        """The schema's spec.decode.local_tree defaults with `overrides`."""
+        from kvspec.config import schema_defaults
+
+        return cls.from_config({**schema_defaults("spec", "decode", "local_tree"), **overrides})
 
 
 def earlier_matches(ctx: np.ndarray, max_match: int) -> tuple[int, np.ndarray]:

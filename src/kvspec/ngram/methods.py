@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from kvspec.decoding.bench import ForwardCounter, Method, Run, run_of_steps, until_stop
+from kvspec.decoding.bench import ForwardCounter, Method, Run, run_of_steps
 from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
-from kvspec.decoding.loop import greedy_generate, speculative_generate
+from kvspec.decoding.loop import greedy_generate, speculative_generate, truncate_at_eos
 from kvspec.decoding.tree import tree_generate
 from kvspec.io import read_json
 from kvspec.ngram.adaptive import AdaptiveDrafter, Calibration
@@ -135,7 +135,7 @@ def _hf_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
                 pad_token_id=setup.stops[0], **extra,
             )  # fmt: skip
             seconds = time.perf_counter() - t0
-        return Run(until_stop(out[0, len(prompt) :].tolist(), setup.stops), seconds, fc.calls)
+        return Run(truncate_at_eos(out[0, len(prompt) :].tolist(), setup.stops), seconds, fc.calls)
 
     return run
 
@@ -232,7 +232,7 @@ def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDraf
     """An adaptive drafter, its index prior from acceptance rows when the model has them."""
     weight = setup.decode.prior_weight
     prior = Calibration.from_rows(rows, "index", weight) if rows is not None else None
-    return AdaptiveDrafter(drafters, prior, setup.decode.threshold)
+    return AdaptiveDrafter(drafters, prior, threshold=setup.decode.threshold)
 
 
 # ---- tree drafters ----------------------------------------------------------------------------

@@ -162,7 +162,7 @@ def speed_stage(
     seed: int,
     threads: int,
     baseline_repeats: int = 1,
-    unstable_spread: float = 0.1,
+    unstable_spread: float,
 ) -> None:
     """Every decoding method on one benchmark set, side by side in this process.
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from kvspec.io import read_json, write_json
+from kvspec.io import Journal, read_json, write_json
 from kvspec.pipeline.launch import PipelineRun, launch_local, launch_srun
 from kvspec.provenance import provenance
 
@@ -29,11 +29,14 @@ def runs_stage(
     dtype: str,
     seed: int,
     threads: int,
+    checkpoint: str | None = None,
 ) -> None:
     """Per prompt: the single-process greedy reference (transformers' own forward), then, in
     turn, the one-process pipeline engine (`threads` threads; the speed baseline) and each
     strategy at each stage count (`threads_per_rank` each). Every run's tokens are compared
-    with the reference. First, the simulator's costs are measured with a rank's threads."""
+    with the reference. First, the simulator's costs are measured with a rank's threads.
+    Each finished run is journalled in `checkpoint`: a killed job keeps them (with the timings
+    measured before the kill) and runs only the rest."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.generate import stop_ids
     from kvspec.decoding.loop import greedy_generate
@@ -49,11 +52,16 @@ def runs_stage(
     ]
     cal, raw = _calibrate(inputs, target, prompts, settings, dtype, seed)
     use_threads(threads)
-    rows = []
+    journal = Journal(checkpoint, key="run_key")
+    done, rows = journal.done(), []
     with tempfile.TemporaryDirectory(prefix="kvspec-pipeline-") as tmp:
         for name, pid, ids in tqdm(prompts, desc="prompts", mininterval=5):
             reference = greedy_generate(target, ids, settings["max_new_tokens"], stops)
             for run, strategy, n in _schedule(settings):
+                key = (name, pid, run, strategy, n)
+                if key in done:
+                    rows.append(done[key])
+                    continue
                 spec = _run_spec(
                     inputs,
                     ids,
@@ -65,12 +73,15 @@ def runs_stage(
                     threads if n == 1 and strategy == "iterative" else None,
                 )
                 result = _launch(spec, Path(tmp), settings)
-                rows.append(_row(name, pid, len(ids), run, spec, result, reference))
+                rows.append({**_row(name, pid, len(ids), run, spec, result, reference),
+                             "run_key": list(key)})  # fmt: skip
+                journal.append(rows[-1:])
                 log.info("%s %s run %d: %s n=%d %.2f tok/s, exact %s", name, pid, run, strategy,
                          n, result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
     write_json(out, {"runs": rows, "settings": dict(settings), "sets": dict(sets),
                      "calibration": vars(cal), "calibration_raw": raw,
                      "provenance": provenance(dict(settings), dtype=dtype)})  # fmt: skip
+    journal.finish()
 
 
 def _calibrate(inputs: Mapping[str, str], target: Any, prompts: list, settings: Mapping[str, Any],

@@ -39,7 +39,7 @@ class Plan:
         self.spec = SpecPlan(config, repo) if config.get("spec") else None
         self.evaluate = EvalPlan(config, self._columns())
         self.lecture = (
-            LecturePlan(config, repo, self.care, self.spec, self.evaluate.task)
+            LecturePlan(config, repo, self.care, self.spec, self.evaluate)
             if config.get("lecture")
             else None
         )
@@ -77,6 +77,21 @@ class Plan:
                 cols.setdefault(key, set()).update(columns)
         return cols
 
+    @property
+    def gpus(self) -> int:
+        """GPUs per model-running job (config resources.gpus)."""
+        return self.config["resources"]["gpus"]
+
+    def task_dir(self) -> str:
+        """The directory of the offline lm-eval task YAMLs."""
+        return str(self.base.repo / "config" / "lm_eval_tasks")
+
+    def params(self, rule: str) -> Any:
+        """The `job` params of `rule` (kvspec.plan.params): a function of its wildcards."""
+        from kvspec.plan.params import job_params
+
+        return job_params(self, rule)
+
     def report_items(self) -> list[ReportItem]:
         """Every report item, in DAG order (data, models, CARE, healing, speculation, sampling,
         lecture, pipeline, MoA, client-server)."""
@@ -101,13 +116,3 @@ class Plan:
             *(paths.MODEL.format(model=m) for m in self.base.models),
             *(f for item in items for f in item.output_files()),
         ]
-
-    def jobs(self) -> dict[str, dict[str, tuple[str, ...]]]:
-        """rule -> {first output: every output} of each job the workflow runs."""
-        from kvspec.plan.jobs import planned_jobs
-
-        return planned_jobs(self)
-
-    def outputs(self) -> set[str]:
-        """Every file or directory some planned job writes."""
-        return {f for jobs in self.jobs().values() for outs in jobs.values() for f in outs}

@@ -28,9 +28,6 @@ class BasePlan:
         decl = self.config["data"]["datasets"][wildcards.dataset]
         return {k: v for k, v in decl.items() if k != "note"}
 
-    def pretrain_decl(self, wildcards: Any) -> dict[str, Any]:
-        return self.config["models"][wildcards.model]["pretrain"]
-
     def teacher(self, model: str) -> str:
         """The model `model` is distilled from."""
         return self.config["models"][model]["distil"]["teacher"]

@@ -38,6 +38,7 @@ class CarePlan:
         self.config, self.repo = config, repo
         self.care = config["care"]
         self.main: str = self.care["model"]
+        self.decode_speed = bool(self.care["decode_speed"])  # the decode-speed job is planned
         self.alt: str | None = self.care["alt_model"]
         self.tasks: dict[str, Any] = config["eval"]["tasks"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kvspec.config import ConfigError, kv_width
+from kvspec.config import kv_width
 from kvspec.plan import paths
 from kvspec.plan.care import CARE_CATEGORY, CarePlan, Columns
 from kvspec.plan.items import ReportItem, figure_outputs, table_outputs
@@ -26,12 +26,7 @@ class HealPlan:
         """Table 3.3's MLA rank r (cache 2·r per token and layer for every method)."""
         if self.heal["rank"]:
             return self.heal["rank"]
-        width = kv_width(self.config, self.model)
-        if width is None:
-            raise ConfigError(
-                "config key 'care.heal.rank': the model has no pretrain arch to resolve "
-                "rank_fraction of g_h·d_h; give an explicit rank"
-            )
+        width = kv_width(self.config, self.model)  # known: kvspec.config checked it
         return max(1, round(self.heal["rank_fraction"] * width))
 
     def calib(self, method: str) -> Calib:

@@ -25,11 +25,12 @@ class LecturePlan:
     """Config block `lecture`: one rule per worked example, one report item each."""
 
     def __init__(self, config: Mapping[str, Any], repo: Path, care: Any, spec: Any,
-                 evaluate_task: Any) -> None:  # fmt: skip
+                 evaluate: Any) -> None:  # fmt: skip
         self.config, self.repo = config, repo
         self.lecture = config["lecture"]
         self.model: str = self.lecture["model"]
-        self.care, self.spec, self._task = care, spec, evaluate_task
+        self.care, self.spec = care, spec
+        self._task, self.evaluate_settings = evaluate.task, evaluate.settings
 
     def output(self, example: str) -> str:
         return paths.LECTURE.format(example=example)
@@ -67,6 +68,24 @@ class LecturePlan:
     def calibration_kind(self, wildcards: Any = None) -> str:
         dataset = self.lecture["quantization"]["calibration"]
         return self.config["data"]["datasets"][dataset]["kind"]
+
+    def job(self, example: str) -> dict[str, Any]:
+        """What the example's job is told: its settings and seed, plus per example the run's
+        device and dtype, the measured models, prompt set or lm-eval tasks."""
+        run = {"device": self.config["resources"]["device"],
+               "dtype": self.config["resources"]["dtype"]}  # fmt: skip
+        job = {"settings": self.lecture[example], "seed": self.config["seed"]}
+        if example == "kv_cache":
+            job |= {"models": self.kv_models(), **run}
+        elif example == "quantization":
+            job |= {"calib_kind": self.calibration_kind(), "tasks": self.quantization_tasks(),
+                    "task_dir": str(self.repo / "config" / "lm_eval_tasks"),
+                    "eval_settings": self.evaluate_settings()}  # fmt: skip
+        elif example in ("speculative", "scheduling"):
+            job |= {"bench": self.bench(example), **run}
+        elif example == "batching":
+            job |= run
+        return job
 
     def bench(self, example: str) -> dict[str, Any]:
         """The prompt set (a key of spec.speed.sets) an example reads, with its own count."""

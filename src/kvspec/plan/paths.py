@@ -66,11 +66,13 @@ DRAFT_QUALITY = "results/draft_quality/{model}.json"
 # ---- the other documents -------------------------------------------------------------------------
 SAMPLING_SWEEP = "results/sampling/sweep.json"
 SAMPLING_HUMANEVAL = "results/sampling/humaneval/{method}.json"
+SAMPLING_HUMANEVAL_STATE = "resources/checkpoints/sampling/humaneval/{method}.jsonl"
 SAMPLING_TIMING = "results/sampling/timing.json"
 SAMPLING_MATH500 = "results/sampling/math500.json"
 LECTURE = "results/lecture/{example}.json"
 PIPELINE_RUNS = "results/pipeline/{model}/runs.json"
 PIPELINE_SIMULATED = "results/pipeline/{model}/simulated.json"
+PIPELINE_STATE = "resources/checkpoints/pipeline/{model}.jsonl"
 MOA_HEAD = "results/moa/{model}/heads/{drafter}.pt"
 MOA_STATES = "results/moa/{model}/states"  # the target's states, shared by its heads' jobs
 MOA_BENCH_RUNS = "results/moa/{model}/bench.json"

@@ -72,10 +72,19 @@ class SamplingPlan:
     def math500_models(self, wildcards: Any = None) -> dict[str, str]:
         return self.models_of([self.sampling["math500"]["method"]])
 
-    def outputs(self) -> list[str]:
-        return [paths.SAMPLING_SWEEP, paths.SAMPLING_TIMING, paths.SAMPLING_MATH500] + [
-            paths.SAMPLING_HUMANEVAL.format(method=m) for m in self.humaneval_methods
-        ]
+    def job(self, kind: str) -> dict[str, Any]:
+        """The models, method(s) and settings of the sweep, HumanEval, timing or MATH-500 job
+        (HumanEval's per-method entries are functions of the job's {method})."""
+        if kind == "humaneval":
+            return {"models": self.humaneval_models, "method": self.humaneval_method,
+                    "settings": self.settings("humaneval")}  # fmt: skip
+        if kind == "timing":
+            return {"models": self.timing_models(), "methods": self.timing_methods(),
+                    "settings": self.settings("timing")}  # fmt: skip
+        method = self.sampling[kind]["method"]
+        settings = self.settings("sweep") if kind == "sweep" else self.sampling["math500"]
+        return {"models": self.models_of([method]), "method": self.method(method),
+                "settings": settings}  # fmt: skip
 
     # ---- report -------------------------------------------------------------------------------
     def _passk_inputs(self, names: list[str]) -> list[str]:

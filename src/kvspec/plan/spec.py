@@ -36,9 +36,6 @@ class SpecPlan:
     def prompt_sources(self, wildcards: Any = None) -> dict[str, str]:
         return {n: paths.DATA.format(dataset=n) for n in self.spec["prompts"]["sources"]}
 
-    def gen_fraction(self, wildcards: Any) -> float:
-        return self.spec["generate"]["models"][wildcards.model]
-
     def gen_heldout(self, wildcards: Any) -> bool:
         """Only the main target answers held-out prompts (the acceptance analysis positions)."""
         return wildcards.model == self.target

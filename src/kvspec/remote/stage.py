@@ -47,8 +47,8 @@ def start_server(target: str, heads: Mapping[str, str], dtype: str, workdir: str
 def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: str,
                  bench: Mapping[str, Any], profiles: Sequence[str], cuts: Sequence[int],
                  chain_k: int, tree: Mapping[str, int] | None, max_new_tokens: int,
-                 timeout_s: float, humaneval_timeout_s: float, dtype: str, seed: int,
-                 threads: int) -> None:  # fmt: skip
+                 timeout_s: float, humaneval_timeout_s: float, sandbox: Mapping[str, Any],
+                 dtype: str, seed: int, threads: int) -> None:  # fmt: skip
     """Every run of one drafter (`inputs`: `model`, `head`, `prompts`) into `out` (JSON)."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.generate import stop_ids
@@ -77,7 +77,7 @@ def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: st
         finally:
             proc.kill()
             proc.wait()
-    _score(runs, records, tokenizer, cuts, humaneval_timeout_s)
+    _score(runs, records, tokenizer, cuts, humaneval_timeout_s, sandbox["filesystem"] == "required")
     meta = {"model": model, "drafter": drafter, "declaration": dict(decl), "bench": dict(bench),
             "profiles": list(profiles), "cuts": list(cuts), "chain_k": chain_k,
             "tree": dict(tree or {}), "max_new_tokens": max_new_tokens,
@@ -121,7 +121,7 @@ class _Settings:
 
 
 def _score(runs: list[dict[str, Any]], records: list[dict[str, Any]], tokenizer: Any,
-           cuts: Sequence[int], timeout_s: float) -> None:  # fmt: skip
+           cuts: Sequence[int], timeout_s: float, require_fs: bool) -> None:  # fmt: skip
     """HumanEval pass (1/0) of every answer, and of the lower bound (the uncut answer's first
     B tokens) per prompt and B."""
     from kvspec.neural.quality import score_answer
@@ -129,11 +129,12 @@ def _score(runs: list[dict[str, Any]], records: list[dict[str, Any]], tokenizer:
     by_id = {str(r.get("task_id") or r["id"]): r for r in records}
     for run in runs:
         answer = tokenizer.decode(run["tokens"], skip_special_tokens=True)
-        run["passed"] = score_answer("humaneval", by_id[run["prompt"]], answer, timeout_s)
+        run["passed"] = score_answer("humaneval", by_id[run["prompt"]], answer, timeout_s,
+                                     require_fs)  # fmt: skip
     uncut = {r["prompt"]: r["tokens"] for r in runs if r["cut"] is None}
     for run in [r for r in runs if r["cut"] is not None]:
         prefix = uncut[run["prompt"]][: run["cut"]]
         answer = tokenizer.decode(prefix, skip_special_tokens=True)
         run["lower_bound_passed"] = score_answer("humaneval", by_id[run["prompt"]], answer,
-                                                 timeout_s)  # fmt: skip
+                                                 timeout_s, require_fs)  # fmt: skip
     log.info("%d answers scored", len(runs))

@@ -80,7 +80,7 @@ def _paper_numeric(paper: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out
 
 
-def _eval_notes(records: list[dict[str, Any]], paper_cols: list[str], meta: dict) -> list[str]:
+def eval_notes(records: list[dict[str, Any]], paper_cols: list[str], meta: dict) -> list[str]:
     """Provenance and caveats: documents per column, columns not evaluated, averaging."""
     seen: dict[str, dict[str, Any]] = {}
     shown = {"wiki" if c in ("wiki_ppl", "ppl") else c for c in paper_cols}
@@ -134,7 +134,7 @@ def main_table(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFr
     df = side_by_side(ours_df, paper, ["method", "kv_save_pct"], ["rank", *metrics])
     df = _ordered(df, "method", list(METHOD_LABELS.values()))
     df = add_stderr(df, pd.DataFrame(errors), ["method", "kv_save_pct"])
-    notes = _eval_notes(records, metrics, meta) + [
+    notes = eval_notes(records, metrics, meta) + [
         "The thesis prints the GQA baseline inside its first rank group; here it is the KV "
         "save 0.00 row (no compression).",
         "Ours: value ± lm-eval's standard error (CSV: the `stderr (ours)` columns); avg's "
@@ -238,7 +238,7 @@ def _ablation_table(
     df = side_by_side(ours_df, paper, [key, "kv_save_pct"], ["rank", *metrics])
     df = _ordered(df, key, [*CALIB_LABELS.values(), *STRATEGY_LABELS.values()])
     df = add_stderr(df, pd.DataFrame(errors), [key, "kv_save_pct"])
-    notes = _eval_notes(records, metrics, meta) + ["Ours: value ± lm-eval's standard error."]
+    notes = eval_notes(records, metrics, meta) + ["Ours: value ± lm-eval's standard error."]
     shown = display_with_stderr(df)
     write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes, shown=shown)
     return df

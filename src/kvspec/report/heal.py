@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from kvspec.io import read_json, write_text
-from kvspec.report.care import _eval_notes, metric_row
+from kvspec.report.care import eval_notes, metric_row
 from kvspec.report.figures import plt, save_figure
 from kvspec.report.heal_paired import render_paired
 from kvspec.report.tables import read_paper_table, side_by_side, write_table
@@ -96,7 +96,7 @@ def table_3_3(item: dict[str, Any], paper_csv: str, outputs: dict[str, str]) -> 
     df["calibration (paper)"] = df["method"].map(
         {HEAL_LABELS[k]: v for k, v in PAPER_CALIB.items()}
     )
-    notes = _eval_notes(records, metrics, meta)[:3] + [
+    notes = eval_notes(records, metrics, meta)[:3] + [
         _cache_note(item["rank"], item.get("cache", "matched")),
         "Budgets: ours are the token counts in 'tokens (ours)' (same 1:3 ratio as the "
         "thesis's 1B and 3B); rows are matched on budget order.",

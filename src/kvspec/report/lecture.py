@@ -14,14 +14,14 @@ import pandas as pd
 
 from kvspec.io import read_json
 from kvspec.report.figures import plt, save_figure
-from kvspec.report.tables import read_paper_table, write_table
+from kvspec.report.tables import paper_subset, write_table
 
 Row = dict[str, Any]
 
 
 def _paper(inputs: dict[str, list[str]], example: str) -> dict[str, float]:
-    df, _ = read_paper_table(inputs["paper"][0])
-    rows = df[df["example"] == example]
+    """The lecture's numbers of one worked example, by quantity."""
+    rows = paper_subset(inputs, "example", example)
     return {q: float(v) for q, v in zip(rows["quantity"], rows["value"], strict=True)}
 
 

@@ -11,8 +11,7 @@ from typing import Any
 import pandas as pd
 
 from kvspec.io import read_json
-from kvspec.report.spec import _paper, save
-from kvspec.report.tables import side_by_side
+from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side
 
 # our method suffix -> the document's decoding column (Table 10)
 DECODING = {"tree": "EAGLE-2", "chain": "chain"}
@@ -62,7 +61,7 @@ def table_2(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
     ours["mean_tau"] = ours[[f"{s}_tau" for s in sets]].mean(axis=1)
     ours = _with_sizes(ours, runs, labels)
     metrics = ["trainable_size", *[f"{s}_{m}" for s in [*sets, "mean"] for m in ("speedup", "tau")]]
-    table = side_by_side(ours, _paper(paper_csv), ["drafter"], metrics)
+    table = side_by_side(ours, paper_numeric(paper_csv), ["drafter"], metrics)
     return _first_match_only(table, ["drafter"], [f"{m} (ours)" for m in metrics])
 
 
@@ -86,7 +85,7 @@ def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
         keys = ["drafter", "decoding"]
     ours = _with_sizes(ours, runs, labels)
     metrics = ["trainable_size", "tokens_per_s", "accept_len"]
-    table = side_by_side(ours, _paper(paper_csv), keys, metrics)
+    table = side_by_side(ours, paper_numeric(paper_csv), keys, metrics)
     extra = ours[[*keys, "speedup", "exact_vs_greedy"]]
     ours_cols = [*(f"{m} (ours)" for m in metrics), "speedup", "exact_vs_greedy"]
     return _first_match_only(table.merge(extra, on=keys, how="left"), keys, ours_cols)
@@ -115,7 +114,7 @@ def render_table_2(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
     table = table_2(summary, item, inputs["runs"][0], inputs["paper"][0])
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "Rows without (ours) numbers are the document's drafters we do not train (TLI = 3, "
         "the official EAGLE-2 weights, a second Independent size)."]))  # fmt: skip
 
@@ -124,7 +123,7 @@ def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
     table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "chain", False)
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "HumanEval prompts of the HumanEval set, chain drafting; the ablation heads are "
         "trained like the others and decoded on that set only. '-LSA' (ours): every layer's "
         "K/V averaged over layers and mapped linearly, no attention over layers; "
@@ -139,7 +138,7 @@ def render_table_9(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
     summary = pd.read_csv(inputs["summary"][0])
     table = table_2(summary, item, inputs["runs"][0], inputs["paper"][0])
     alt = item["models"][-1]
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         f"Ours: the drafters trained against and decoded with model {alt!r} (the document: "
         "Qwen2.5-3B-Instruct with 80M-parameter drafters)."]))  # fmt: skip
 
@@ -172,7 +171,7 @@ def table_8(quality: pd.DataFrame, item: Mapping[str, Any], paper_csv: str) -> p
     metrics = [c for c, _ in QUALITY_COLUMNS.values()]
     for column in metrics:
         ours[column] = ours[column] if column in ours else float("nan")
-    table = side_by_side(ours, _paper(paper_csv), ["decoding", "model"], metrics)
+    table = side_by_side(ours, paper_numeric(paper_csv), ["decoding", "model"], metrics)
     extra = [c for c in ours.columns if c not in metrics and c not in ("decoding", "model")]
     return table.merge(ours[["decoding", "model", *extra]], on=["decoding", "model"], how="left")
 
@@ -181,7 +180,7 @@ def render_table_8(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     quality = pd.read_csv(inputs["summary"][0])
     table = table_8(quality, item, inputs["paper"][0])
-    save(table, out["csv"], out["md"], inputs["paper"][0], [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], [
         "Ours: the answers of the decoding job (Table 2's prompts of the scored sets, greedy "
         f"verification, at most {item['max_new_tokens']} new tokens each; <metric>_cut counts "
         "answers stopped by that limit); the row Llama3-8B-Instruct is our target's greedy "
@@ -198,6 +197,6 @@ def render_table_10(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                     out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
     table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "tree", True)
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "The HumanEval set's prompts (not the full 164 problems), tree drafting; Baseline = "
         "our greedy loop. Not reproduced: Ouroboros."]))  # fmt: skip

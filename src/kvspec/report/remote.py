@@ -11,8 +11,7 @@ import pandas as pd
 
 from kvspec.io import read_json
 from kvspec.remote import protocol as p
-from kvspec.report.spec import _paper, save
-from kvspec.report.tables import side_by_side
+from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side
 
 PAPER_ROW = {"moa": "Ours", "eagle": "EAGLE", "independent": "Independent"}  # Table 7's rows
 LOWER_BOUND = "Without local model (lower bound)"
@@ -22,7 +21,7 @@ def _beside(ours: pd.DataFrame, paper_csv: str, keys: list[str],
             metrics: Sequence[str]) -> pd.DataFrame:  # fmt: skip
     """`<m> (ours)` and `<m> (paper)` per metric (missing on one side: empty), outer-joined
     on `keys`; our other columns follow."""
-    return side_by_side(ours, _paper(paper_csv), keys, metrics, keep_rest=True)
+    return side_by_side(ours, paper_numeric(paper_csv), keys, metrics, keep_rest=True)
 
 
 def _runs(files: Sequence[str]) -> list[dict[str, Any]]:
@@ -145,7 +144,7 @@ def message_sizes(job: Mapping[str, Any]) -> dict[str, Any]:
 def table_7(jobs: list[dict[str, Any]], item: Mapping[str, Any], paper_csv: str) -> pd.DataFrame:
     """The document's formulas (its rows) beside our measured mean sizes per head."""
     ours = pd.DataFrame([{"head": _label(job, item), **message_sizes(job)} for job in jobs])
-    paper = _paper(paper_csv)
+    paper = paper_numeric(paper_csv)
     return paper.merge(ours, on="drafter", how="outer", sort=False)
 
 
@@ -170,7 +169,7 @@ def _notes(item: Mapping[str, Any], extra: list[str]) -> list[str]:
 def render_table_3(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     table = table_3(_runs(inputs["runs"]), item, inputs["paper"][0])
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "tps: new tokens / wall seconds per answer, pooled (warm-up discarded); accept_len: "
         "verified tokens per call to the target; calls_large: calls per answer. Rows without "
         "(ours) are the document's drafters we do not run."]))  # fmt: skip
@@ -179,7 +178,7 @@ def render_table_3(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
 def render_table_4(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     table = table_4(_runs(inputs["runs"]), item, inputs["paper"][0])
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "b_N: the client stops sending after exactly N verified tokens (drafts never reach "
         "past N) and finishes with its drafter's own greedy continuation (MoA: CA over the "
         "LSA vectors received so far, the target's last TLI layers with their cache; EAGLE: "
@@ -193,7 +192,7 @@ def render_table_4(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
 def render_table_7(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     table = table_7(_runs(inputs["runs"]), item, inputs["paper"][0])
-    save(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
+    save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "Formulas read as bytes at one byte per value (our payload is 8-bit). Ours per "
         f"message: a {p.HEADER.size}-byte frame header (client_framing); a verdict adds a "
         "2-byte token count, a flag and block count (2), 8 bytes per block shape and a "

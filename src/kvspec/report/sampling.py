@@ -15,7 +15,7 @@ import pandas as pd
 from kvspec.io import read_json, write_text
 from kvspec.report.figures import plt, save_figure
 from kvspec.report.stats import bootstrap_ci, sign_flip_pvalue
-from kvspec.report.tables import read_paper_table, to_markdown
+from kvspec.report.tables import paper_subset, to_markdown
 from kvspec.seeds import derive
 
 
@@ -23,11 +23,6 @@ def _table(df: pd.DataFrame, out: dict[str, str], title: str, notes: list[str]) 
     df.to_csv(out["csv"], index=False)
     write_text(out["md"], "\n".join([f"# {title}", "", *[f"- {n}" for n in notes], "",
                                      to_markdown(df)]))  # fmt: skip
-
-
-def _paper(inputs: dict[str, list[str]], figure: int) -> pd.DataFrame:
-    df, _ = read_paper_table(inputs["paper"][0])
-    return df[df["figure"] == str(figure)]
 
 
 # ---- Figures 1-4: the sweep ----------------------------------------------------------------------
@@ -133,7 +128,7 @@ def timing_experiment(item: dict[str, Any], inputs: dict[str, list[str]],
     classical, spec = (r["summary"][m] for m in item["methods"])
     ours = {"latency_reduction_x": classical["s_per_token_mean"] / spec["s_per_token_mean"],
             "throughput_gain_x": spec["tok_s"] / classical["tok_s"]}  # fmt: skip
-    paper = _paper(inputs, item["figure"])
+    paper = paper_subset(inputs, "figure", str(item["figure"]))
     rows = [{"metric": m, "ours": v,
              "paper": " / ".join(f"{p.value} ({p.qualifier or 'as stated'}, {p.stated_in})"
                                  for p in paper[paper["metric"] == m].itertuples())}
@@ -255,7 +250,7 @@ def passk_experiment(
     item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]
 ) -> None:
     df = passk_frame(item, inputs)
-    paper = _paper(inputs, item["figure"])
+    paper = paper_subset(inputs, "figure", str(item["figure"]))
     pairs = zip(paper["metric"], paper["value"], strict=True)
     drops = {int(m[4:].split("_")[0]): v for m, v in pairs if m.startswith("pass")}
     df["drop_points (ours)"] = -100 * df["minus_baseline"]

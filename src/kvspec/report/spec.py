@@ -21,7 +21,7 @@ from kvspec.ngram.acceptance_stats import (
     by_exact_match_length,
     hit_rate_table,
 )
-from kvspec.report.tables import read_paper_table, side_by_side, write_table
+from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side, write_table
 
 # The paper's index sizes as fractions of its 5M prompts (Table 4.1 rows).
 PAPER_SWEEP = {0.01: "Infini-50k", 0.02: "Infini-100k", 0.1: "Infini-500k", 0.2: "Infini-1M",
@@ -45,21 +45,11 @@ def _pct_row(grid: pd.DataFrame, threshold: str = "all") -> dict[str, float]:
     return {f"ml_{m}": 100 * a for m, a in zip(g["min_match"], g["acceptance"], strict=True)}
 
 
-def _paper(path: str | Path) -> pd.DataFrame:
-    """A paper table with every fully numeric column as numbers (empty cells NaN)."""
-    df, _ = read_paper_table(path)
-    for col in df.columns:
-        as_num = pd.to_numeric(df[col].replace("", float("nan")), errors="coerce")
-        if as_num.notna().sum() == (df[col] != "").sum():
-            df[col] = as_num
-    return df
-
-
 def _with_paper(
     ours: pd.DataFrame, paper_csv: str | Path, keys: list[str], metrics: list[str]
 ) -> pd.DataFrame:
     """Ours beside the paper; metrics the paper lacks (other bins) stay ours-only."""
-    paper = _paper(paper_csv)
+    paper = paper_numeric(paper_csv)
     for m in metrics:
         if m not in paper:
             paper[m] = float("nan")
@@ -299,7 +289,7 @@ def table_4_7(
     for m in metrics:
         if m not in ours:
             ours[m] = float("nan")
-    paper = _paper(paper_csv)
+    paper = paper_numeric(paper_csv)
     table = side_by_side(ours, paper, ["method"], metrics)
     extra = ["method", *[c for c in ours.columns if c.startswith("exact_vs_greedy")]]
     table = table.merge(ours[extra], on="method", how="left")
@@ -327,7 +317,7 @@ def table_4_8(
         rows, columns=["target", "benchmark", "mode", "spec_tps", "speedup", "accept_len"]
     )
     table = table.rename(columns={m: f"{m} (ours)" for m in ("spec_tps", "speedup", "accept_len")})
-    paper = _paper(paper_csv)
+    paper = paper_numeric(paper_csv)
     for target, g in paper.groupby("target", sort=False):
         cols = {m: f"{m} (paper {target})" for m in ("spec_tps", "speedup", "accept_len")}
         table = table.merge(
@@ -363,15 +353,6 @@ def stability_notes(summaries: pd.DataFrame) -> list[str]:
     return notes
 
 
-def save(
-    table: pd.DataFrame, csv: str | Path, md: str | Path, paper_csv: str | Path, notes: list[str]
-) -> None:
-    """Write a table with the paper table's title and our notes."""
-    _, meta = read_paper_table(paper_csv)
-    paper_notes = [f"(paper) columns: {meta['source'][0]}, {n}" for n in meta.get("notes", [])]
-    write_table(table, csv, md, meta["table"][0], [*notes, *paper_notes])
-
-
 # ----------------------------------------------------------------------------- rendering
 
 
@@ -392,18 +373,19 @@ def render_acceptance(
     main_rows = {(r["heldout"], r["index"]): read_rows(r["file"]) for r in item["main"]}
     note = _counts_note(main_rows)
     t41 = table_4_1(sweep_rows, stat, bins, paper["t4_1"])
-    save(t41, out["t4_1"], out["t4_1_md"], paper["t4_1"], [
+    save_with_paper(t41, out["t4_1"], out["t4_1_md"], paper["t4_1"], [
         f"Ours: SFT-response indexes over nested fractions of our index prompts, tested on the "
         f"SFT responses of the held-out set '{settings['sweep_heldout']}' (acceptance in %).",
         "Empty cells: no position reached that match length. build_time_s (ours): wall time "
         "of the infini-gram indexer subprocess (its start-up included), on this machine.",
         _counts_note({("sweep", f"{f:g}"): r for f, r in sweep_rows.items()}),
     ])  # fmt: skip
-    save(table_4_2(main_rows, bins, paper["t4_2"]), out["t4_2"], out["t4_2_md"], paper["t4_2"],
+    t42 = table_4_2(main_rows, bins, paper["t4_2"])
+    save_with_paper(t42, out["t4_2"], out["t4_2_md"], paper["t4_2"],
          ["Ours: held-out target greedy responses; SFT = SFT-response index, Target = "
           "target-response index (both over all our index prompts).", note])  # fmt: skip
     t43 = table_4_3(main_rows, bins, settings["confidence_thresholds"], paper["t4_3"])
-    save(t43, out["t4_3"], out["t4_3_md"], paper["t4_3"],
+    save_with_paper(t43, out["t4_3"], out["t4_3_md"], paper["t4_3"],
          ["coverage_pct: share of positions above the threshold.", note])  # fmt: skip
     k, conf = settings["k"], settings["confidence"]
     for name, heldout, c in (("t4_4", "general", None), ("t4_5", "python", conf)):
@@ -414,13 +396,13 @@ def render_acceptance(
                 f"k={k}; a speculation starts only where the match is at least ml_N long."
             )
         else:
-            table = _paper(paper[name])
+            table = paper_numeric(paper[name])
             msg = (
                 f"NOT MEASURED: the held-out set '{heldout}' is not configured "
                 "(spec.acceptance.heldout); paper numbers only."
             )
-        save(table, out[name], out[f"{name}_md"], paper[name], [msg])
-    save(table_4_6(main_rows, paper["t4_6"]), out["t4_6"], out["t4_6_md"], paper["t4_6"],
+        save_with_paper(table, out[name], out[f"{name}_md"], paper[name], [msg])
+    save_with_paper(table_4_6(main_rows, paper["t4_6"]), out["t4_6"], out["t4_6_md"], paper["t4_6"],
          ["Ours: share (%) of held-out target-response positions whose context matched a suffix "
           "of at least N tokens; retention = length-16 share.", note])  # fmt: skip
     figure_4_1(sweep_rows[max(sweep_rows)], out["f4_1_png"], out["f4_1_pdf"], out["f4_1_csv"])
@@ -454,7 +436,7 @@ def render_speed(
     """
     paper = {k: v[0] for k, v in inputs.items() if k.startswith("t4_")}
     t47 = table_4_7(read_summaries(item["main"]), item["columns"], paper["t4_7"])
-    save(t47, out["t4_7"], out["t4_7_md"], paper["t4_7"], [
+    save_with_paper(t47, out["t4_7"], out["t4_7_md"], paper["t4_7"], [
         "Ours: batch size 1, all methods on the same prompts in one process, warm-up discarded; "
         "speedup over our greedy loop; accept_len = tokens per target forward pass.",
         "Rows named after the paper's: Llama-3.1-8B (Baseline) = greedy decoding of our target; "
@@ -481,7 +463,7 @@ def render_speed(
         )
     else:
         t48, msg = (
-            _paper(paper["t4_8"]),
+            paper_numeric(paper["t4_8"]),
             "NOT MEASURED: no other target in spec.speed.runs; paper numbers only.",
         )
-    save(t48, out["t4_8"], out["t4_8_md"], paper["t4_8"], [msg])
+    save_with_paper(t48, out["t4_8"], out["t4_8_md"], paper["t4_8"], [msg])

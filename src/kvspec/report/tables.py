@@ -84,3 +84,29 @@ def render_paper_only(item: dict[str, Any], inputs: dict[str, list[str]], output
         *meta.get("notes", []),
     ]
     write_table(df, outputs["csv"], outputs["md"], meta["table"][0], notes)
+
+
+def paper_numeric(path: str | Path) -> pd.DataFrame:
+    """A paper table with every fully numeric column as numbers (empty cells NaN)."""
+    df, _ = read_paper_table(path)
+    for col in df.columns:
+        as_num = pd.to_numeric(df[col].replace("", float("nan")), errors="coerce")
+        if as_num.notna().sum() == (df[col] != "").sum():
+            df[col] = as_num
+    return df
+
+
+def paper_subset(inputs: dict[str, list[str]], column: str, value: str) -> pd.DataFrame:
+    """The rows of a report item's paper table (`inputs["paper"][0]`) where `column` is
+    `value` (one CSV holding several figures or examples)."""
+    df, _ = read_paper_table(inputs["paper"][0])
+    return df[df[column] == value]
+
+
+def save_with_paper(
+    table: pd.DataFrame, csv: str | Path, md: str | Path, paper_csv: str | Path, notes: list[str]
+) -> None:
+    """Write a table with the paper table's title and our notes."""
+    _, meta = read_paper_table(paper_csv)
+    paper_notes = [f"(paper) columns: {meta['source'][0]}, {n}" for n in meta.get("notes", [])]
+    write_table(table, csv, md, meta["table"][0], [*notes, *paper_notes])

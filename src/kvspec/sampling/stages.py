@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from kvspec.data.records import read_jsonl
 from kvspec.decoding.generate import stop_ids
-from kvspec.io import write_json
+from kvspec.io import Journal, write_json
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 from kvspec.sampling.methods import Sample, Settings, make_sampler
@@ -149,10 +149,13 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
 # ---- Figures 6, 8, 9: HumanEval pass@k --------------------------------------------------------
 def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                     label: str, method: Mapping[str, Any], settings: Mapping[str, Any],
-                    seed: int, device: str, dtype: str, threads: int) -> None:  # fmt: skip
+                    sandbox: Mapping[str, Any], seed: int, device: str, dtype: str,
+                    threads: int, checkpoint: str | None = None) -> None:  # fmt: skip
     """`completions` samples per problem (the first `problems` of HumanEval, raw prompt
     completion, stopped at EOS or a blank line) with one method, the same seeds for every
-    method; verdicts from the sandboxed runner; pass@k per problem."""
+    method; verdicts from the sandboxed runner; pass@k per problem. Each sample is journalled
+    in `checkpoint` as it finishes, so a killed job resumes with the samples it had (each has
+    its own random stream, so the resumed samples are the uninterrupted run's)."""
     from kvspec.eval.humaneval import score
 
     use_threads(threads)
@@ -161,24 +164,34 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     chosen, fmt = chosen_problems(problems, settings), settings["prompt_format"]
     stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
     sampler = make_sampler(method["kind"], roles, _settings(settings, method, stops))
-    samples, runs = {}, []
-    bar = tqdm(total=len(chosen) * settings["completions"], desc=label, mininterval=10)
+    journal = Journal(checkpoint, key="sample")
+    done = journal.done()
+    bar = tqdm(total=len(chosen) * settings["completions"], initial=len(done), desc=label,
+               mininterval=10)  # fmt: skip
     for p, problem in enumerate(chosen):
         prompt = code_prompt(tok, problem, fmt)
-        texts = []
         for c in range(settings["completions"]):
+            if (p, c) in done:
+                continue
             sample = sampler(prompt, derive(seed, "humaneval", p, c))
-            texts.append(completion_text(tok, sample.tokens, fmt))
-            runs.append({"task_id": problem["task_id"], "completion": texts[-1], **_row(sample)})
+            done[(p, c)] = {"sample": [p, c], "task_id": problem["task_id"],
+                            "completion": completion_text(tok, sample.tokens, fmt),
+                            **_row(sample)}  # fmt: skip
+            journal.append([done[(p, c)]])
             bar.update()
-        samples[problem["task_id"]] = texts
     bar.close()
+    runs = [done[(p, c)] for p in range(len(chosen)) for c in range(settings["completions"])]
+    samples = {t["task_id"]: [r["completion"] for r in runs if r["task_id"] == t["task_id"]]
+               for t in chosen}  # fmt: skip
     scored = score(samples, settings["ks"], {p["task_id"]: p for p in chosen},
-                   timeout_s=settings["timeout"], workers=1)  # fmt: skip
+                   timeout_s=settings["timeout"], workers=1,
+                   require_fs=sandbox["filesystem"] == "required")  # fmt: skip
     log.info("%s: %s", label, scored["pass@k"])
     write_json(out, {"method": label, "spec": dict(method), "pass@k": scored["pass@k"],
+                     "isolation": scored["isolation"],
                      "per_task": scored["per_task"], "runs": runs, "settings": dict(settings),
                      "provenance": provenance(dict(settings), models=dict(models))})  # fmt: skip
+    journal.finish()
 
 
 # ---- Figures 5, 7, 10: time per token side by side --------------------------------------------

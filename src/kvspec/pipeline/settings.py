@@ -1,0 +1,32 @@
+"""Config checks of document 003's block `pipeline` that the schema cannot express (called by
+`kvspec.config.validate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kvspec.errors import ConfigError
+
+
+def check_pipeline(config: Mapping[str, Any]) -> None:
+    """Models exist; the simulator gets what it calibrates on (the speculative strategy's
+    acceptance, a link between two ranks) and an ablation link it knows."""
+    pipeline = config["pipeline"]
+    if not config.get("spec"):
+        raise ConfigError("config key 'pipeline': needs the spec block (its prompt sets)")
+    for role in ("target", "draft"):
+        if pipeline[role] not in config["models"]:
+            raise ConfigError(f"config key 'pipeline.{role}': "
+                              f"{pipeline[role]!r} is not a key of models")  # fmt: skip
+    if "speculative" not in pipeline["strategies"]:
+        raise ConfigError("config key 'pipeline.strategies': the simulator calibrates on "
+                          "the speculative strategy; list it")  # fmt: skip
+    if max(pipeline["n_stages"]) < 2:
+        raise ConfigError("config key 'pipeline.n_stages': the simulator measures the link "
+                          "between two ranks; list a stage count of at least 2")  # fmt: skip
+    sim = pipeline["simulate"]
+    link = sim["ablation"]["link"]
+    if link != "loopback" and link not in sim["links"]:
+        raise ConfigError(f"config key 'pipeline.simulate.ablation.link': {link!r} is neither "
+                          "'loopback' nor a simulated link")  # fmt: skip
