@@ -65,12 +65,15 @@ def test_resumed_training_equals_uninterrupted(tmp_path) -> None:
                       ckpt_every=4, seed=0)  # fmt: skip
     ckpt = tmp_path / "state.pt"
     whole = _head("moa", target)
-    train_head("moa", whole, target, seqs, [], spec, HeadLoss(), _states(target), checkpoint=ckpt)
+    straight = train_head("moa", whole, target, seqs, [], spec, HeadLoss(), _states(target),
+                          checkpoint=ckpt)  # fmt: skip
     again = _head("moa", target)
     torch.manual_seed(99)  # a different process state: nothing may depend on it
     curve = train_head("moa", again, target, seqs, [], spec, HeadLoss(), _states(target),
                        checkpoint=ckpt)  # fmt: skip
     assert [r["step"] for r in curve] == [4, 8]
+    # the resumed run counts tokens on from where it stopped (it once restarted at 0)
+    assert [r["tokens"] for r in curve] == [r["tokens"] for r in straight]
     for a, b in zip(whole.state_dict().values(), again.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 

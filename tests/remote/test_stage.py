@@ -50,7 +50,7 @@ def test_a_job_runs_scores_and_renders(target_dir, head_files, tmp_path) -> None
         proc.kill()
         proc.wait()
     assert [r["verified"] for r in runs[2:]] == [1, 4] and runs[0]["tokens"] == runs[1]["tokens"]
-    _score(runs, [problem], _Tokenizer(), [1, 4], 10.0)
+    _score(runs, [problem], _Tokenizer(), [1, 4], 10.0, require_fs=True)
     assert [r["passed"] for r in runs] == [1.0, 1.0, 1.0, 1.0]
     assert [r["lower_bound_passed"] for r in runs[2:]] == [0.0, 1.0]
     job = {"runs": runs, "head": {"trainable_parameters": 1000},

@@ -318,3 +318,18 @@ def test_learning_rate_edit_replans_one_model_and_downstream(ci_run, tmp_path) -
 def test_note_edit_replans_only_the_sources_table(ci_run, tmp_path) -> None:
     jobs = replanned_by_edit(ci_run, tmp_path, "data.datasets.c4.note", "edited note")
     assert jobs == {"data_sources": 1, "all": 1}
+
+
+def test_a_gated_model_without_a_token_stops_the_run_before_any_job(tmp_path) -> None:
+    """The paper scale downloads Meta's gated Llama models: without HF_TOKEN the run stops
+    before its first job, naming the models and the variable (a dry run still plans)."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    cmd = [*SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+           "--cores", "1", "--configfile", str(REPO / "config" / "paper.yaml")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "models.target (meta-llama/Llama-3.1-8B-Instruct)" in text and "HF_TOKEN" in text
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()
+    dry = subprocess.run([*cmd, "-n"], capture_output=True, text=True, env=env, timeout=600)
+    assert dry.returncode == 0, dry.stderr[-2000:]

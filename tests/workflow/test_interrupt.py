@@ -61,7 +61,7 @@ CASES = {
     "pipeline_run": Case(
         "pipeline_run", "results/pipeline/target/runs.json",
         "resources/checkpoints/pipeline/target.jsonl",
-        {"pipeline.max_new_tokens": 24, "pipeline.sets": {"humaneval": 2}},
+        {"pipeline.max_new_tokens": 16},
     ),
 }  # fmt: skip
 

@@ -8,6 +8,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from kvspec.config import ConfigError, validate
+from kvspec.models.access import AccessError, check_run
 from kvspec.plan import Plan
 from kvspec.plan import paths as P
 from kvspec.plan.names import WILDCARDS
@@ -20,6 +21,13 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 config.clear()
 config.update(_validated)
+
+
+onstart:  # before the first job, not in a dry run: gated hub models need a working HF_TOKEN
+    try:
+        check_run(config, P.MODEL)
+    except AccessError as err:
+        raise WorkflowError(str(err)) from None
 
 
 def one_of(names):

@@ -622,7 +622,15 @@ def run_program(
             timed_out = _wait(box.proc, timeout_s)
             seconds = time.monotonic() - box.start
         report = chan.read()
-    proc = box.proc
-    status, reason = _verdict(proc.returncode, timed_out, report, nonce, box.stderr, lim)
-    return RunResult(status, reason, proc.returncode, box.stdout, box.stderr, seconds,
-                     box.tags, box.uid)  # fmt: skip
+    rc = _program_status(box.proc.returncode, box.tags)
+    status, reason = _verdict(rc, timed_out, report, nonce, box.stderr, lim)
+    return RunResult(status, reason, rc, box.stdout, box.stderr, seconds, box.tags,
+                     box.uid)  # fmt: skip
+
+
+def _program_status(rc: int, tags: tuple[str, ...]) -> int:
+    """The program's exit status; bubblewrap reports a program killed by signal N as 128 + N
+    (it waits for the program), so that becomes -N as for a direct child."""
+    if "mountns(bwrap)" in tags and rc > 128:
+        return -(rc - 128)
+    return rc

@@ -95,7 +95,10 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
     ckpt = Path(checkpoint) if checkpoint else None
     start, curve = load_state(ckpt, head, opt, tag)
     head.train()
-    t0, tokens = time.perf_counter(), 0
+    # tokens seen so far: a function of the step, so a resumed run counts on where it stopped
+    t0 = time.perf_counter()
+    tokens = sum(len(train[i].ids) for step in range(start)
+                 for i in batch_indices(len(train), spec, step))  # fmt: skip
     for step in tqdm(range(start, spec.steps), desc=f"train {kind}", mininterval=10,
                      initial=start, total=spec.steps):  # fmt: skip
         for group in opt.param_groups:
