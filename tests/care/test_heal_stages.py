@@ -135,3 +135,25 @@ def test_stats_keep_per_window_validation_nll_at_start_and_budgets(setup, tmp_pa
         assert curve.loc[int(tokens), "val_ppl"] == pytest.approx(ppl, rel=1e-9)
         se = ppl * nll.std(ddof=1) / np.sqrt(len(nll))
         assert curve.loc[int(tokens), "val_ppl_se"] == pytest.approx(se, rel=1e-9)
+
+
+def test_fsdp_over_two_processes_heals_like_one_process(setup, tmp_path) -> None:
+    """The paper scale heals sharded (FSDP over a node's GPUs); here two gloo processes with
+    one micro-batch each against one process with two: the same windows per step, so the same
+    curve and weights up to the order of float sums."""
+    runs = {}
+    for processes, accum in ((1, 2), (2, 1)):
+        out = _outputs(tmp_path / f"p{processes}")
+        train = {**TRAIN, "accum": accum, "processes": processes, "sharding": "fsdp"}
+        heal_stage(str(setup["student"]), str(setup["teacher"]), str(setup["data"]),
+                   kind="text", data_opts=DATA, train_opts=train, seed=0, outputs=out)  # fmt: skip
+        runs[processes] = out
+    stats = [json.loads(Path(runs[n]["stats"]).read_text()) for n in (1, 2)]
+    assert [(s["processes"], s["sharded"]) for s in stats] == [(1, False), (2, True)]
+    one, two = (pd.read_csv(runs[n]["curve"]) for n in (1, 2))
+    measured = ["step", "tokens", "train_ce", "train_kd", "val_ppl"]
+    pd.testing.assert_frame_equal(one[measured], two[measured], rtol=1e-4)
+    for a, b in zip(runs[1]["models"], runs[2]["models"], strict=True):
+        wa, wb = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (a, b))
+        for name, weight in wa.items():
+            torch.testing.assert_close(wb[name], weight, rtol=1e-3, atol=1e-5)

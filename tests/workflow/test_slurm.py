@@ -1,6 +1,7 @@
-"""The ci-scale workflow through `snakemake --profile profiles/slurm` on a real single-node Slurm.
+"""The ci-scale workflow through `snakemake --profile profiles/slurm-cpu` on a real single-node
+Slurm, and the paper scale's submissions through `profiles/slurm` recorded for every rule.
 
-The test copies profiles/slurm, replaces its site placeholders with the local cluster's
+The first test copies profiles/slurm-cpu, replaces its site placeholders with the local cluster's
 partition (no account, no GPUs, squeue status polling since accounting is off), runs the
 data -> pretraining -> report part of the ci DAG on Slurm and compares every output with the
 local run of the same session (`ci_run`). The whole ci DAG (CARE and speculative-decoding stages
@@ -64,13 +65,9 @@ def localize(resources: dict, node_cpus: int, node_mem_mb: int) -> dict:
 
 
 def local_profile(dest: Path, node_cpus: int, node_mem_mb: int) -> Path:
-    """profiles/slurm localized for the test cluster, written to `dest`/config.yaml."""
-    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    """profiles/slurm-cpu localized for the test cluster, written to `dest`/config.yaml."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm-cpu" / "config.yaml").read_text())
     profile["default-resources"] = localize(profile["default-resources"], node_cpus, node_mem_mb)
-    profile["set-resources"] = {
-        rule: localize(res, node_cpus, node_mem_mb)
-        for rule, res in profile["set-resources"].items()
-    }
     profile.update(
         {
             "slurm-no-account": True,

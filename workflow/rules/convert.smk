@@ -22,8 +22,7 @@ if PLAN.care:
             env_path("training")
         threads: 1
         resources:
-            mem_mb=16000,
-            runtime=60,
+            **PLAN.resources("convert_factorize"),
         params:
             job=PLAN.params("convert_factorize"),
         script:
@@ -43,6 +42,8 @@ if PLAN.care:
         conda:
             env_path("training")
         threads: 1
+        resources:
+            **PLAN.resources("convert_allocate"),
         script:
             script_path("convert_allocate.py")
 
@@ -59,6 +60,8 @@ if PLAN.care:
         conda:
             env_path("training")
         threads: 1
+        resources:
+            **PLAN.resources("convert_sensitivity"),
         params:
             job=PLAN.params("convert_sensitivity"),
         script:
@@ -82,8 +85,7 @@ if PLAN.care:
             env_path("training")
         threads: 1
         resources:
-            mem_mb=40000,
-            runtime=60,
+            **PLAN.resources("convert_mla"),
         script:
             script_path("convert_mla.py")
 
@@ -102,11 +104,9 @@ if PLAN.care:
                 model=one_of([PLAN.care.main]),
             conda:
                 env_path("evaluation")
-            threads: 2
+            threads: workflow.cores  # timed: holds the machine
             resources:
-                mem_mb=16000,
-                runtime=60,
-                gpu=PLAN.gpus,
+                **PLAN.resources("convert_decode_speed"),
             params:
                 job=PLAN.params("convert_decode_speed"),
             script:

@@ -20,9 +20,7 @@ if PLAN.care:
             env_path("training")
         threads: 2
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("covariance_collect"),
         params:
             job=PLAN.params("covariance_collect"),
         script:

@@ -10,6 +10,8 @@ rule data_normalize:
         P.LOG["data_normalize"],
     conda:
         env_path("training")
+    resources:
+        **PLAN.resources("data_normalize"),
     params:
         job=PLAN.params("data_normalize"),
     script:

@@ -19,9 +19,7 @@ if PLAN.care:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=40000,
-            runtime=240,
-            gpu=PLAN.gpus,
+            **PLAN.resources("evaluate_original"),
         params:
             job=PLAN.params("evaluate_original"),
         script:
@@ -45,9 +43,7 @@ if PLAN.care:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=40000,
-            runtime=240,
-            gpu=PLAN.gpus,
+            **PLAN.resources("evaluate_lmeval"),
         params:
             job=PLAN.params("evaluate_lmeval"),
         script:
@@ -73,9 +69,7 @@ if PLAN.heal:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=40000,
-            runtime=240,
-            gpu=PLAN.gpus,
+            **PLAN.resources("evaluate_healed"),
         params:
             job=PLAN.params("evaluate_healed"),
         script:

@@ -14,6 +14,8 @@ if PLAN.spec:
             P.LOG["generate_prompts"],
         conda:
             env_path("evaluation")
+        resources:
+            **PLAN.resources("generate_prompts"),
         params:
             job=PLAN.params("generate_prompts"),
         script:
@@ -36,9 +38,7 @@ if PLAN.spec:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=8000,
-            runtime=720,
-            gpu=PLAN.gpus,
+            **PLAN.resources("generate_responses"),
         params:
             job=PLAN.params("generate_responses"),
         script:
@@ -55,5 +55,7 @@ if PLAN.spec:
             model=one_of(PLAN.spec.models),
         conda:
             env_path("evaluation")
+        resources:
+            **PLAN.resources("generate_gather"),
         script:
             script_path("generate_gather.py")

@@ -22,8 +22,7 @@ if PLAN.heal:
             env_path("training")
         threads: 1
         resources:
-            mem_mb=40000,
-            runtime=60,
+            **PLAN.resources("heal_restore"),
         params:
             job=PLAN.params("heal_restore"),
         script:
@@ -48,9 +47,7 @@ if PLAN.heal:
             env_path("training")
         threads: 2
         resources:
-            mem_mb=64000,
-            runtime=4320,
-            gpu=PLAN.heal.gpus(),
+            **PLAN.resources("heal_train"),
         params:
             job=PLAN.params("heal_train"),
         script:

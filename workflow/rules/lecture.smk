@@ -16,10 +16,9 @@ if PLAN.lecture:
             P.lecture("roofline", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=4000,
-            runtime=30,
+            **PLAN.resources("lecture_roofline"),
         params:
             job=PLAN.params("lecture_roofline"),
         script:
@@ -37,11 +36,9 @@ if PLAN.lecture:
             P.lecture("batching", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("lecture_batching"),
         params:
             job=PLAN.params("lecture_batching"),
         script:
@@ -60,9 +57,7 @@ if PLAN.lecture:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=8000,
-            runtime=30,
-            gpu=PLAN.gpus,
+            **PLAN.resources("lecture_kv_cache"),
         params:
             job=PLAN.params("lecture_kv_cache"),
         script:
@@ -81,9 +76,7 @@ if PLAN.lecture:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("lecture_quantization"),
         params:
             job=PLAN.params("lecture_quantization"),
         script:
@@ -102,9 +95,7 @@ if PLAN.lecture:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("lecture_speculative"),
         params:
             job=PLAN.params("lecture_speculative"),
         script:
@@ -121,11 +112,9 @@ if PLAN.lecture:
             P.lecture("scheduling", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("lecture_scheduling"),
         params:
             job=PLAN.params("lecture_scheduling"),
         script:

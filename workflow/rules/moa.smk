@@ -20,9 +20,7 @@ if PLAN.moa:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=8000,
-            runtime=120,
-            gpu=PLAN.gpus,
+            **PLAN.resources("moa_train"),
         params:
             job=PLAN.params("moa_train"),
         script:
@@ -40,11 +38,9 @@ if PLAN.moa:
             P.BENCH["moa_bench"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=120,
-            gpu=PLAN.gpus,
+            **PLAN.resources("moa_bench"),
         params:
             job=PLAN.params("moa_bench"),
         script:
@@ -64,8 +60,7 @@ if PLAN.moa:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=4000,
-            runtime=30,
+            **PLAN.resources("moa_quality"),
         params:
             job=PLAN.params("moa_quality"),
         script:

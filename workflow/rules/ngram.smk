@@ -22,8 +22,7 @@ if PLAN.spec:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=16000,
-            runtime=120,
+            **PLAN.resources("ngram_index"),
         params:
             job=PLAN.params("ngram_index"),
         script:

@@ -17,10 +17,9 @@ if PLAN.pipeline:
             P.BENCH["pipeline_run"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=12000,
-            runtime=60,
+            **PLAN.resources("pipeline_run"),
         params:
             job=PLAN.params("pipeline_run"),
         script:
@@ -39,8 +38,7 @@ if PLAN.pipeline:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=2000,
-            runtime=30,
+            **PLAN.resources("pipeline_simulate"),
         params:
             job=PLAN.params("pipeline_simulate"),
         script:

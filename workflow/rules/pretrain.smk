@@ -10,6 +10,8 @@ rule pretrain_corpus:
         P.LOG["pretrain_corpus"],
     conda:
         env_path("training")
+    resources:
+        **PLAN.resources("pretrain_corpus"),
     params:
         job=PLAN.params("pretrain_corpus"),
     script:
@@ -27,6 +29,8 @@ rule pretrain_tokenizer:
         P.BENCH["pretrain_tokenizer"]
     conda:
         env_path("training")
+    resources:
+        **PLAN.resources("pretrain_tokenizer"),
     params:
         job=PLAN.params("pretrain_tokenizer"),
     script:
@@ -47,6 +51,8 @@ rule pretrain_tokenize:
         P.BENCH["pretrain_tokenize"]
     conda:
         env_path("training")
+    resources:
+        **PLAN.resources("pretrain_tokenize"),
     params:
         job=PLAN.params("pretrain_tokenize"),
     script:
@@ -72,8 +78,7 @@ rule pretrain_train:
         env_path("training")
     threads: 2
     resources:
-        mem_mb=6000,
-        runtime=120,
+        **PLAN.resources("pretrain_train"),
     params:
         job=PLAN.params("pretrain_train"),
     script:

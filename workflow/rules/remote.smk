@@ -17,10 +17,9 @@ if PLAN.remote:
             P.BENCH["remote_run"]
         conda:
             env_path("evaluation")
-        threads: 2  # the client and the server process, one thread each
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=120,
+            **PLAN.resources("remote_run"),
         params:
             job=PLAN.params("remote_run"),
         script:

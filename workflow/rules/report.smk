@@ -16,6 +16,8 @@ for item in PLAN.report_items():
             item.log,
         conda:
             env_path("report")
+        resources:
+            **PLAN.resources(item.rule),
         params:
             renderer=item.renderer,
             item=item.params,

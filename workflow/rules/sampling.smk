@@ -18,11 +18,9 @@ if PLAN.sampling:
             P.BENCH["sampling_sweep"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("sampling_sweep"),
         params:
             job=PLAN.params("sampling_sweep"),
         script:
@@ -44,9 +42,7 @@ if PLAN.sampling:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=8000,
-            runtime=120,
-            gpu=PLAN.gpus,
+            **PLAN.resources("sampling_humaneval"),
         params:
             job=PLAN.params("sampling_humaneval"),
         script:
@@ -64,11 +60,9 @@ if PLAN.sampling:
             P.BENCH["sampling_timing"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("sampling_timing"),
         params:
             job=PLAN.params("sampling_timing"),
         script:
@@ -88,9 +82,7 @@ if PLAN.sampling:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("sampling_math500"),
         params:
             job=PLAN.params("sampling_math500"),
         script:

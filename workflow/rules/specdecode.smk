@@ -25,9 +25,7 @@ if PLAN.spec:
             env_path("evaluation")
         threads: 1
         resources:
-            mem_mb=8000,
-            runtime=120,
-            gpu=PLAN.gpus,
+            **PLAN.resources("specdecode_acceptance"),
         params:
             job=PLAN.params("specdecode_acceptance"),
         script:
@@ -48,11 +46,9 @@ if PLAN.spec:
             bench=one_of(PLAN.spec.bench_sets),
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=16000,
-            runtime=240,
-            gpu=PLAN.gpus,
+            **PLAN.resources("specdecode_speed"),
         params:
             job=PLAN.params("specdecode_speed"),
         script:
@@ -69,8 +65,7 @@ if PLAN.spec:
             env_path("evaluation")
         threads: 2
         resources:
-            mem_mb=4000,
-            runtime=30,
+            **PLAN.resources("specdecode_arctic_build"),
         script:
             script_path("specdecode_arctic_build.py")
 
@@ -87,10 +82,9 @@ if PLAN.spec:
             model=one_of(PLAN.spec.models),
         conda:
             env_path("evaluation")
-        threads: 1
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=4000,
-            runtime=30,
+            **PLAN.resources("specdecode_draft_latency"),
         params:
             job=PLAN.params("specdecode_draft_latency"),
         script:
@@ -109,11 +103,9 @@ if PLAN.spec:
             model=one_of(PLAN.spec.drafts),
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: workflow.cores  # timed: holds the machine
         resources:
-            mem_mb=8000,
-            runtime=60,
-            gpu=PLAN.gpus,
+            **PLAN.resources("specdecode_draft_quality"),
         params:
             job=PLAN.params("specdecode_draft_quality"),
         script:

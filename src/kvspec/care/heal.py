@@ -5,11 +5,12 @@ perplexity curve.
     L = L_CE + β·τ²·KL(softmax(z_T/τ) ‖ softmax(z_S/τ))        (3.13)-(3.15)
 
 AdamW (β₁, β₂, weight decay on matrices), linear warmup then cosine, gradient clipping, and an
-effective batch of micro_batch × accum × processes sequences. `accelerate` carries the same
-loop from one CPU process to N data-parallel GPU processes in bf16: each process draws its own
-slice of every step's seeded batch, gradients synchronise on the last micro-batch only, and
-only the main process writes files. Everything random is a function of (seed, step), so a run
-resumed from its state file continues the uninterrupted run's curve.
+effective batch of micro_batch × accum × processes sequences. The same loop runs on one CPU
+process or on N processes (`kvspec.care.engines`: replicated with accelerate, or FSDP-sharded in
+bf16 with gradient checkpointing): each process draws its own slice of every step's seeded
+batch, gradients synchronise on the last micro-batch only, and only the first process writes.
+Everything random is a function of (seed, step), so a run resumed from its state file
+continues the uninterrupted run's curve.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from kvspec.care.budgets import budget_steps
-from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
+from kvspec.models.optim import adamw, warmup_cosine
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
 
@@ -56,12 +56,16 @@ class HealSpec:
     seed: int = 0
     mixed_precision: str = "no"  # "no" (CPU / fp32) or "bf16"
     processes: int = 1
+    sharding: str = "ddp"  # over processes: "ddp" (a student per process) or "fsdp" (sharded)
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
 
     def __post_init__(self) -> None:
         if min(self.seq_len, self.micro_batch, self.accum, self.processes) < 1:
             raise ValueError("seq_len, micro_batch, accum and processes must be >= 1")
         if self.mixed_precision not in ("no", "bf16"):
             raise ValueError(f"mixed_precision must be 'no' or 'bf16', got {self.mixed_precision}")
+        if self.sharding not in ("ddp", "fsdp"):
+            raise ValueError(f"sharding must be 'ddp' or 'fsdp', got {self.sharding!r}")
         budget_steps(self.budgets, self.tokens_per_step)
 
     @property
@@ -175,16 +179,18 @@ def heal(
     """Heal `student` in place; call `save_budget(budget, unwrapped_model)` when a budget's
     step is reached (main process only). Returns the curve (step 0 = before healing).
     `stop_after` ends the run early after that many steps (to test crash and resume)."""
-    from accelerate import Accelerator
+    from kvspec.care.engines import engine_for
 
-    acc = Accelerator(mixed_precision=spec.mixed_precision, cpu=not torch.cuda.is_available())
+    eng = engine_for(spec.mixed_precision, spec.sharding)
     torch.manual_seed(derive(spec.seed, "train"))
     teacher.requires_grad_(False)
-    teacher = teacher.to(acc.device).eval()
-    opt = make_optimizer(student, spec)
+    if spec.gradient_checkpointing:
+        student.gradient_checkpointing_enable()
     tag = config_hash([asdict(spec), fingerprint])
-    start, curve = load_state(Path(state_path) if state_path else None, student, opt, tag)
-    model, opt = acc.prepare(student, opt)
+    state = Path(state_path) if state_path else None
+    model, teacher, opt, start, curve = eng.start(
+        student, teacher, lambda m: make_optimizer(m, spec), state, tag
+    )
     model.train()
     val = val_windows(val_tokens, spec)
     if not curve:
@@ -196,9 +202,9 @@ def heal(
     end = spec.total_steps if stop_after is None else min(spec.total_steps, stop_after)
     t0 = time.perf_counter() - curve[-1]["seconds"]
     bar = tqdm(range(start, end), desc="heal", mininterval=10, initial=start,
-               total=spec.total_steps, disable=not acc.is_main_process)  # fmt: skip
+               total=spec.total_steps, disable=eng.rank > 0)  # fmt: skip
     for step in bar:
-        ce, kd = _optimizer_step(model, teacher, opt, train_tokens, spec, step, acc)
+        ce, kd = _optimizer_step(model, teacher, opt, train_tokens, spec, step, eng)
         done = step + 1
         if done % spec.eval_every == 0 or done in budget_at:
             row = _row(done, spec, ce, kd, model, val, time.perf_counter() - t0)
@@ -206,33 +212,33 @@ def heal(
             bar.set_postfix(ce=f"{ce:.3f}", kd=f"{kd:.4f}", val_ppl=f"{row['val_ppl']:.2f}")
             log.info("step %d tokens %d ce %.4f kd %.5f val ppl %.3f",
                      done, row["tokens"], ce, kd, row["val_ppl"])  # fmt: skip
-        if acc.is_main_process and done in budget_at:
-            save_budget(budget_at[done], acc.unwrap_model(model))
-        if acc.is_main_process and state_path and done % spec.ckpt_every == 0:
-            save_state(Path(state_path), acc.unwrap_model(model), opt, done, curve, tag)
-        acc.wait_for_everyone()
+        if done in budget_at:
+            full = eng.full_model(model)  # collective when sharded
+            if eng.rank == 0:
+                save_budget(budget_at[done], full)
+        if state and done % spec.ckpt_every == 0:
+            eng.save_state(state, model, opt, done, curve, tag)
+        eng.wait()
     return curve
 
 
-def _optimizer_step(
-    model, teacher, opt, tokens, spec: HealSpec, step: int, acc
-) -> tuple[float, float]:
-    """One optimizer step over `accum` micro-batches; returns this step's mean (CE, KD)."""
+def _optimizer_step(model, teacher, opt, tokens, spec: HealSpec, step: int, eng) -> tuple:
+    """One optimizer step over `accum` micro-batches; this step's mean (CE, KD) over every
+    micro-batch of every process."""
     for group in opt.param_groups:
         group["lr"] = lr_at(step, spec)
     ces, kds = [], []
     for micro in range(spec.accum):
-        batch = sample_windows(tokens, spec, step, micro, acc.process_index).to(acc.device)
-        sync = micro == spec.accum - 1
-        with nullcontext() if sync else acc.no_sync(model), acc.autocast():
+        batch = sample_windows(tokens, spec, step, micro, eng.rank).to(eng.device)
+        with eng.micro(model, sync=micro == spec.accum - 1):
             loss, ce, kd = heal_loss(model, teacher, batch, spec)
-            acc.backward(loss / spec.accum)
+            eng.backward(loss / spec.accum)
         ces.append(ce)
         kds.append(kd)
-    acc.clip_grad_norm_(model.parameters(), spec.grad_clip)
+    eng.clip(model, spec.grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    return float(np.mean(ces)), float(np.mean(kds))
+    return eng.mean(float(np.mean(ces))), eng.mean(float(np.mean(kds)))
 
 
 def _row(step: int, spec: HealSpec, ce: float, kd: float, model, val, seconds: float) -> dict:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import shutil
 import time
@@ -26,6 +25,7 @@ from kvspec.care.restore import (
 )
 from kvspec.io import atomic_path, write_json, write_text
 from kvspec.models.load import load_model, use_threads
+from kvspec.models.parallel import rank_and_world
 from kvspec.provenance import config_hash, provenance
 
 log = logging.getLogger(__name__)
@@ -128,30 +128,18 @@ def heal_stage(
     """Heal the student; `outputs`: models (one dir per budget), curve (CSV), stats (JSON)."""
     use_threads(threads)
     spec = HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
-    run = functools.partial(
-        _heal_and_write,
-        student_dir,
-        teacher_dir,
-        data,
-        kind,
-        data_opts,
-        spec,
-        outputs,
-        state_path,
-    )
-    if spec.processes > 1:
-        from accelerate import notebook_launcher
+    args = (student_dir, teacher_dir, data, kind, data_opts, spec, outputs, state_path)
+    if spec.processes > 1:  # one process per GPU (gloo processes on CPU)
+        from kvspec.models.parallel import launch
 
-        notebook_launcher(run, num_processes=spec.processes, mixed_precision=spec.mixed_precision)
+        launch(_heal_and_write, spec.processes, *args)
     else:
-        run()
+        _heal_and_write(*args)
 
 
 def _heal_and_write(
     student_dir, teacher_dir, data, kind, data_opts, spec: HealSpec, outputs, state_path
 ) -> None:
-    from accelerate import PartialState
-
     student, tok = load_model(student_dir)
     teacher, _ = load_model(teacher_dir)
     train_ids, val_ids = healing_tokens(data, kind, tok, data_opts, spec.seq_len, spec.seed)
@@ -177,7 +165,7 @@ def _heal_and_write(
 
     fingerprint = config_hash([student_dir, teacher_dir, data, data_opts])
     curve = heal(student, teacher, train_ids, val_ids, spec, save_budget, state_path, fingerprint)
-    if not PartialState().is_main_process:
+    if rank_and_world()[0] > 0:  # the first process writes
         return
     for budget, final in zip(spec.budgets, outputs["models"], strict=True):
         if Path(staged[budget]) != Path(final):
@@ -188,6 +176,8 @@ def _heal_and_write(
     stats = {
         "parameters": sum(p.numel() for p in student.parameters()),
         "tokens_per_step": spec.tokens_per_step,
+        "processes": rank_and_world()[1],
+        "sharded": spec.sharding == "fsdp" and rank_and_world()[1] > 1,  # FSDP2 (care.engines)
         "budget_steps": {str(b): spec.steps_for(b) for b in spec.budgets},
         "seconds_to_budget_this_run": {str(b): s for b, s in reached.items()},
         "val_ppl_start": curve[0]["val_ppl"],

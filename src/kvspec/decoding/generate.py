@@ -118,6 +118,9 @@ def generate_shard(
     max_new_tokens: int,
     batch_size: int,
     checkpoint: str | os.PathLike[str] | None = None,
+    *,
+    stops: Sequence[int] | None = None,
+    engine: Any = None,
 ) -> int:
     """Generate greedy responses to `prompts` ({id, prompt, ...}) and write them as JSONL.
 
@@ -125,11 +128,13 @@ def generate_shard(
     `response` (decoded text) and `finished` (a stop token was produced). Records already
     in `checkpoint` are reused, new batches are appended to it as they finish, and the
     output is written atomically in input order. Returns the number of newly generated
-    responses.
+    responses. `engine(prompts, max_new_tokens, stops)` generates a batch instead of the
+    model's `generate` (e.g. `kvspec.decoding.vllm_client.VllmGenerator`; `model` may then
+    be None and `stops` must be given).
     """
     journal = Journal(checkpoint)
     done = journal.done()
-    stops = stop_ids(model, tokenizer)
+    stops = list(stops) if stops is not None else stop_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     todo = [
         {**p, "prompt_ids": prompt_ids(tokenizer, p["prompt"])}
@@ -140,9 +145,11 @@ def generate_shard(
     new = 0
     with tqdm(total=len(todo), desc="generate", unit="prompt", mininterval=5) as bar:
         for batch in _batches(todo, batch_size):
-            outs = generate_batch(
-                model, [b["prompt_ids"] for b in batch], max_new_tokens, pad, stops
-            )
+            ids = [b["prompt_ids"] for b in batch]
+            if engine is None:
+                outs = generate_batch(model, ids, max_new_tokens, pad, stops)
+            else:
+                outs = [trim_response(o, stops, None) for o in engine(ids, max_new_tokens, stops)]
             recs = [
                 _response_record(b, o, tokenizer, stops) for b, o in zip(batch, outs, strict=True)
             ]

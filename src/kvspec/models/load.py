@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -20,10 +23,48 @@ def use_threads(threads: int | None) -> None:
 
 
 def load_model(
-    model_dir: str | os.PathLike[str], *, dtype: str = "float32", device: str = "cpu"
+    model_dir: str | os.PathLike[str],
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    max_memory: Mapping[Any, int | str] | None = None,
+    offload_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Any, Any]:
-    """(model in eval mode on `device` in `dtype`, tokenizer) of a saved model directory."""
+    """(model in eval mode on `device` in `dtype`, tokenizer) of a saved model directory.
+
+    A model larger than one GPU is spread over the node's GPUs layer by layer (accelerate's
+    big-model placement, `device_map="auto"`); `max_memory` ({device: bytes}) sets that
+    placement explicitly (e.g. {"cpu": ..., } with `offload_dir` for what does not fit). The
+    spread model computes what the one-device model computes."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
+    spread = max_memory or _gpu_budgets(model_dir, dtype, device)
+    if spread:
+        model = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=DTYPES[dtype], device_map="auto", max_memory=dict(spread),
+            offload_folder=str(offload_dir) if offload_dir else None,
+        )  # fmt: skip
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
     return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+
+
+def _gpu_budgets(model_dir: str | os.PathLike[str], dtype: str, device: str) -> dict[int, int]:
+    """{gpu: bytes} when the weights need more than one of the node's GPUs, else {}."""
+    if not device.startswith("cuda") or torch.cuda.device_count() < 2:
+        return {}
+    usable = int(0.9 * torch.cuda.get_device_properties(0).total_memory)
+    if weight_bytes(model_dir, dtype) < 0.8 * usable:  # room left for the KV cache
+        return {}
+    return {i: usable for i in range(torch.cuda.device_count())}
+
+
+def weight_bytes(model_dir: str | os.PathLike[str], dtype: str) -> int:
+    """Bytes of the saved weights once loaded in `dtype` (from the safetensors headers)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            total += sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())  # noqa: SIM118
+    return total * torch.finfo(DTYPES[dtype]).bits // 8

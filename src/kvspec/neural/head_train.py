@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
 from kvspec.models.optim import adamw, load_state, save_state
+from kvspec.models.parallel import rank_and_world
 from kvspec.neural.target_states import TargetStates
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, python_random
@@ -82,13 +83,19 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
                checkpoint: str | Path | None = None) -> list[dict[str, float]]:  # fmt: skip
     """Train `head` in place against the frozen `target`, whose states of a sequence
     `states` gives (e.g. `StateCache.get`); the curve (one row per evaluation).
-    Resumes from `checkpoint` when it holds a state of the same settings."""
+    Resumes from `checkpoint` when it holds a state of the same settings.
+
+    Data parallel when torch.distributed is initialised: each process takes every world-th
+    sequence of a step, the gradients are summed over the processes, and the first process
+    evaluates and writes the checkpoint; every random choice is a function of (seed, step,
+    position in the step), so any number of processes trains the same head."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     if not train:
         raise ValueError("no training sequences")
     for p in target.parameters():
         p.requires_grad_(False)
+    rank, world = rank_and_world()
     torch.manual_seed(derive(spec.seed, "train"))
     opt = adamw(head, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
     tag = config_hash([kind, asdict(spec), asdict(weights), len(train)])
@@ -100,29 +107,51 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
     tokens = sum(len(train[i].ids) for step in range(start)
                  for i in batch_indices(len(train), spec, step))  # fmt: skip
     for step in tqdm(range(start, spec.steps), desc=f"train {kind}", mininterval=10,
-                     initial=start, total=spec.steps):  # fmt: skip
+                     initial=start, total=spec.steps, disable=rank > 0):  # fmt: skip
         for group in opt.param_groups:
             group["lr"] = lr_at(step, spec)
-        chunk = [train[i] for i in batch_indices(len(train), spec, step)]
-        rng = python_random(spec.seed, "periods", step)  # MoA's periods: a function of the step
-        for seq in chunk:
+        chunk = batch_indices(len(train), spec, step)
+        sums: dict[str, float] = {}
+        for at in range(rank, len(chunk), world):  # this process's share of the step
+            seq = train[chunk[at]]
+            rng = python_random(spec.seed, "periods", step, at)  # MoA's periods
             loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states)
             (loss / len(chunk)).backward()
-            tokens += len(seq.ids)
+            sums = {k: sums.get(k, 0.0) + v for k, v in parts.items()}
+        parts = _step_means(head, sums, len(chunk), world)
+        tokens += sum(len(train[i].ids) for i in chunk)
         torch.nn.utils.clip_grad_norm_(head.parameters(), spec.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         done = step + 1
-        if done % spec.eval_every == 0 or done == spec.steps:
+        if rank == 0 and (done % spec.eval_every == 0 or done == spec.steps):
             scores = evaluate(kind, head, target, val, weights, spec.seed, states) if val else {}
             row = {"step": done, "lr": lr_at(step, spec),
                    **{f"train_{k}": v for k, v in parts.items()}, **scores, "tokens": tokens,
                    "seconds": time.perf_counter() - t0}  # fmt: skip
             curve.append(row)
             log.info("step %d %s", done, {k: round(v, 4) for k, v in row.items() if k != "step"})
-        if ckpt and done % spec.ckpt_every == 0 and done < spec.steps:
+        if rank == 0 and ckpt and done % spec.ckpt_every == 0 and done < spec.steps:
             save_state(ckpt, head, opt, done, curve, tag)
     return curve
+
+
+def _step_means(head: nn.Module, sums: dict[str, float], n: int, world: int) -> dict[str, float]:
+    """Sum the gradients of every process (each already divided by the step's sequence
+    count) and return the step's mean loss parts over all its sequences."""
+    if world == 1:
+        return {k: v / n for k, v in sums.items()}
+    import torch.distributed as dist
+
+    for p in head.parameters():
+        if p.requires_grad:
+            if p.grad is None:  # a process whose sequences never reached this parameter
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+    keys = sorted(sums)
+    totals = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(totals)
+    return {k: float(v) / n for k, v in zip(keys, totals, strict=True)}
 
 
 def trainable_parameters(head: nn.Module) -> int:

@@ -72,14 +72,33 @@ def head_train_stage(
     dtype: str,
     seed: int,
     threads: int,
+    processes: int = 1,
 ) -> None:
     """Train one head (`inputs`: `target` model, its `responses`) and save it with its curve,
     sizes (trainable parameters, relative to one target decoder layer) and training cost.
     The target's states come from the cache `data['state_cache']` (shared by every head of
-    the target; `data['state_depth']` hidden depths in `data['state_dtype']`)."""
+    the target; `data['state_depth']` hidden depths in `data['state_dtype']`). With
+    `processes` > 1 the head trains data parallel, one process per GPU (gloo on CPU)."""
+    if processes > 1:
+        if train["batch_size"] < processes:
+            raise ValueError(f"moa.train.batch_size {train['batch_size']} is below the "
+                             f"{processes} data-parallel processes")  # fmt: skip
+        from kvspec.models.parallel import launch
+
+        launch(_train_and_save, processes, inputs, out, drafter, train, data, loss, device,
+               dtype, seed, threads)  # fmt: skip
+    else:
+        _train_and_save(inputs, out, drafter, train, data, loss, device, dtype, seed, threads)
+
+
+def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, Any],
+                    train: Mapping[str, Any], data: Mapping[str, Any], loss: Mapping[str, Any],
+                    device: str, dtype: str, seed: int, threads: int) -> None:  # fmt: skip
+    """One process's training (all of it, or its data-parallel share); the first writes."""
     from kvspec.data.records import read_jsonl
     from kvspec.models.distil import DistilSpec, distil_sequences, split_sequences
     from kvspec.models.load import load_model, use_threads
+    from kvspec.models.parallel import rank_and_world
     from kvspec.neural.head_train import (
         HeadLoss,
         decoder_layer_parameters,
@@ -88,14 +107,16 @@ def head_train_stage(
     )
     from kvspec.neural.target_states import StateCache, weights_fingerprint
 
-    use_threads(threads)
-    torch.manual_seed(derive(seed, "init"))
+    rank, world = rank_and_world()
+    use_threads(max(1, threads // world))
+    device = f"cuda:{rank}" if device == "cuda" and world > 1 else device
+    torch.manual_seed(derive(seed, "init"))  # every process builds the same head
     target, _ = load_model(inputs["target"], dtype=dtype, device=device)
     seqs = distil_sequences(read_jsonl(inputs["responses"]), max_len=data["max_len"],
                             prompt_loss=False)  # fmt: skip
     seqs = seqs[: data["sequences"]] if data.get("sequences") else seqs
     train_seqs, val = split_sequences(seqs, data["val_fraction"], seed)
-    head = build_head(target, drafter)
+    head = build_head(target, drafter).to(device)
     _check_depth(drafter, data["state_depth"])
     weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
     cache = StateCache(data["state_cache"], target, weights_fingerprint(inputs["target"]),
@@ -111,6 +132,7 @@ def head_train_stage(
         "trainable_per_decoder_layer": trainable / layer,
         "sequences": {"train": len(train_seqs), "val": len(val)},
         "tokens_seen": curve[-1]["tokens"] if curve else 0,
+        "processes": world,  # data-parallel processes that trained it
         "train_seconds_this_run": time.perf_counter() - t0,
         "state_cache": {
             "hits": cache.hits,
@@ -121,6 +143,8 @@ def head_train_stage(
         "final": {k: v for k, v in (curve[-1] if curve else {}).items() if k.startswith("val_")},
     }
     log.info("%s: %s", drafter["kind"], stats)
+    if rank > 0:  # the first process writes
+        return
     with atomic_path(out) as tmp:
         torch.save({"drafter": dict(drafter), "state": head.state_dict(), "curve": curve,
                     "stats": stats, "provenance": provenance({"drafter": dict(drafter)})},

@@ -77,10 +77,11 @@ class Plan:
                 cols.setdefault(key, set()).update(columns)
         return cols
 
-    @property
-    def gpus(self) -> int:
-        """GPUs per model-running job (config resources.gpus)."""
-        return self.config["resources"]["gpus"]
+    def resources(self, rule: str) -> dict[str, Any]:
+        """`rule`'s resources from the resource model (kvspec.plan.resources)."""
+        from kvspec.plan.resources import resources_of
+
+        return resources_of(self.config, rule)
 
     def task_dir(self) -> str:
         """The directory of the offline lm-eval task YAMLs."""

@@ -68,10 +68,6 @@ class HealPlan:
     def kind(self) -> str:
         return self.config["data"]["datasets"][self.heal["data"]["dataset"]]["kind"]
 
-    def gpus(self) -> int:
-        """GPUs per healing job: one per data-parallel process on a GPU run, else none."""
-        return self.heal["train"]["processes"] if self.config["resources"]["gpus"] else 0
-
     def checkpoints(self) -> list[str]:
         """heal_train's per-budget checkpoint directories (with {model}/{method} wildcards)."""
         return [

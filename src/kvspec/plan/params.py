@@ -150,11 +150,15 @@ def _generate_prompts(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _generate_responses(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    from kvspec.plan.resources import need
+
     gen = c["spec"]["generate"]
+    vllm = {"backend": "vllm", "vllm_python": gen["vllm_python"],
+            "tensor_parallel": lambda w: max(1, need(c, "generate_responses", w).gpus)}  # fmt: skip
     return {"fraction": lambda w: gen["models"][w.model], "heldout": plan.spec.gen_heldout,
             "shards": gen["shards"], "max_new_tokens": gen["max_new_tokens"],
             "batch_size": gen["batch_size"], "checkpoint": Wild(paths.SHARD_STATE),
-            **_run(c, "device", "dtype")}  # fmt: skip
+            **(vllm if gen["backend"] == "vllm" else {}), **_run(c, "device", "dtype")}  # fmt: skip
 
 
 def _ngram_index(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,8 +219,13 @@ def _pipeline_simulate(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _moa_train(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    from kvspec.plan.resources import need
+
+    def processes(wildcards: Any) -> int:  # the GPUs the resource model gives the job
+        return max(1, need(c, "moa_train", wildcards).gpus)
+
     return {"drafter": plan.moa.drafter, "train": plan.moa.train_of, "data": plan.moa.data_of,
-            "loss": c["moa"]["loss"], **_run(c)}  # fmt: skip
+            "loss": c["moa"]["loss"], "processes": processes, **_run(c)}  # fmt: skip
 
 
 def _moa_bench(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,7 +238,7 @@ def _moa_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _remote_run(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    return {"settings": plan.remote.settings, "sandbox": c["sandbox"], **_run(c, "dtype", "seed")}
+    return {"settings": plan.remote.settings, "sandbox": c["sandbox"], **_run(c)}
 
 
 RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {

