@@ -1,5 +1,5 @@
 """The ci-scale workflow through `snakemake --profile profiles/slurm-cpu` on a real single-node
-Slurm, and the paper scale's submissions through `profiles/slurm` recorded for every rule.
+Slurm (the paper scale's submissions through `profiles/slurm`: test_slurm_submit.py).
 
 The first test copies profiles/slurm-cpu, replaces its site placeholders with the local cluster's
 partition (no account, no GPUs, squeue status polling since accounting is off), runs the

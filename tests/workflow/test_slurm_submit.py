@@ -4,8 +4,9 @@ config/paper.yaml` with `sbatch` replaced by a recorder, for one job of every ru
 No GPU cluster is needed: `sbatch` records its arguments and answers with a job id, `squeue`
 and `sinfo` answer as an idle cluster would. Every output of the plan's dry run is first made
 as an empty stand-in with one common time stamp (so nothing is out of date), then the
-selected jobs' outputs are removed: exactly those jobs are ready at once, and the run is
-stopped once every one of them was submitted. What is checked is what Slurm would be asked for:
+outputs of one wave of jobs are removed — one job per rule, none upstream of another in the
+wave, so exactly those jobs are ready — and the run is stopped once each was submitted. A few
+waves cover every rule. What is checked is what Slurm would be asked for:
 the partition of the job's class, GPUs, memory, wall time, nodes and --exclusive for timed jobs.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -51,21 +53,44 @@ def _dry_run(workdir: Path) -> list[dict]:
     return jobs
 
 
-def _select(jobs: list[dict]) -> list[dict]:
-    """One job per rule, none of whose outputs another selected job reads."""
-    chosen: list[dict] = []
-    inputs: set[str] = set()
-    outputs: set[str] = set()
-    for job in jobs:
-        if any(c["rule"] == job["rule"] for c in chosen):
-            continue
-        ins, outs = {i for i in job["input"] if i}, set(job["output"])
-        if outs & inputs or ins & outputs:
-            continue
-        chosen.append(job)
-        inputs |= ins
-        outputs |= outs
-    return chosen
+def _waves(jobs: list[dict]) -> list[list[dict]]:
+    """One job of every rule, in waves of jobs none of which is upstream of another in the
+    wave (removing a job's outputs reruns everything downstream of it)."""
+    producer = {out: i for i, job in enumerate(jobs) for out in job["output"]}
+    parents = [{producer[x] for x in job["input"] if x in producer} for job in jobs]
+    up: list[set[int]] = [set() for _ in jobs]
+    down: list[set[int]] = [set() for _ in jobs]
+    for i in _topological(parents):
+        for p in parents[i]:
+            up[i] |= up[p] | {p}
+    for i, ancestors in enumerate(up):
+        for a in ancestors:
+            down[a].add(i)
+    left, waves = {job["rule"] for job in jobs}, []
+    while left:
+        wave, blocked = [], set()
+        for i, job in enumerate(jobs):
+            if job["rule"] in left and i not in blocked:
+                wave.append(job)
+                left.discard(job["rule"])
+                blocked |= up[i] | down[i] | {i}
+        waves.append(wave)
+    return waves
+
+
+def _topological(parents: list[set[int]]) -> list[int]:
+    order, seen = [], set()
+
+    def visit(i: int) -> None:
+        if i not in seen:
+            seen.add(i)
+            for p in parents[i]:
+                visit(p)
+            order.append(i)
+
+    for i in range(len(parents)):
+        visit(i)
+    return order
 
 
 def _stand_ins(workdir: Path, outputs: list[str]) -> None:
@@ -112,38 +137,49 @@ def submitted(tmp_path_factory) -> dict[str, str]:
         (bin_dir / name).write_text(script)
         (bin_dir / name).chmod(0o755)
     jobs = _dry_run(workdir)
-    chosen = _select(jobs)
-    _stand_ins(workdir, [path for job in jobs for path in job["output"]])
-    for job in chosen:
-        for path in job["output"]:
-            target = workdir / path
-            target.rmdir() if target.is_dir() else target.unlink()
-    targets = [job["output"][0] for job in chosen]
+    profile = _profile(base / "profile")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KVSPEC_SBATCH_LOG": str(log),
            "HF_TOKEN": "hf_recorded_only", "HF_HUB_OFFLINE": "1"}  # fmt: skip
-    cmd = [*SNAKEMAKE, *targets, "--snakefile", str(REPO / "Snakefile"), "--directory",
-           str(workdir), "--profile", str(_profile(base / "profile")), "--configfile",
-           str(REPO / "config" / "paper.yaml"), "--rerun-triggers", "mtime"]  # fmt: skip
-    with open(base / "snakemake.log", "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)  # fmt: skip
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and proc.poll() is None:
-            if log.exists() and len(log.read_text().splitlines()) >= len(chosen):
-                break
-            time.sleep(1)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    waves = _waves(jobs)
+    for n, wave in enumerate(waves):
+        _submit_wave(workdir, jobs, wave, profile, env, base / f"snakemake-{n}.log", log)
     lines = log.read_text().splitlines() if log.exists() else []
     out = {}
     for line in lines:
         comment = re.search(r"--comment (\S+)", line)
         rule = shlex.split(comment[1])[0].split("_wildcards")[0] if comment else "?"
         out[rule.removeprefix("rule_")] = line
-    expected = {j["rule"] for j in chosen}
-    assert expected <= set(out), (sorted(expected - set(out)),
-                                  (base / "snakemake.log").read_text()[-3000:])  # fmt: skip
+    expected = {job["rule"] for wave in waves for job in wave}
+    assert expected <= set(out), sorted(expected - set(out))
     return out
+
+
+def _submit_wave(workdir: Path, jobs: list[dict], wave: list[dict], profile: Path, env: dict,
+                 trace: Path, log: Path) -> None:  # fmt: skip
+    """Run the profile on the wave's outputs until each of its jobs reached `sbatch`."""
+    shutil.rmtree(workdir / ".snakemake", ignore_errors=True)  # locks of the killed run
+    _stand_ins(workdir, [path for job in jobs for path in job["output"]])
+    for job in wave:
+        for path in job["output"]:
+            target = workdir / path
+            shutil.rmtree(target) if target.is_dir() else target.unlink()
+    before = len(log.read_text().splitlines()) if log.exists() else 0
+    cmd = [*SNAKEMAKE, *[job["output"][0] for job in wave], "--snakefile",
+           str(REPO / "Snakefile"), "--directory", str(workdir), "--profile", str(profile),
+           "--configfile", str(REPO / "config" / "paper.yaml"),
+           "--rerun-triggers", "mtime"]  # fmt: skip
+    with open(trace, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if log.exists() and len(log.read_text().splitlines()) - before >= len(wave):
+                break
+            time.sleep(1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    submitted = (len(log.read_text().splitlines()) if log.exists() else 0) - before
+    assert submitted == len(wave), (submitted, len(wave), trace.read_text()[-3000:])
 
 
 def test_one_job_of_every_model_rule_was_submitted(submitted) -> None:

@@ -2,11 +2,12 @@
 (`python -m kvspec.decoding.vllm_generate SETTINGS.json`).
 
 It imports nothing of kvspec, so the vLLM environment needs only vLLM (its pins differ from the
-study's: `envs/vllm.yaml`). The settings name the model directory, dtype, tensor-parallel size
-and context length; the model loads once. Then each line on stdin is a request — a JSON file
-with the prompts (token ids), the token budget, the stop ids and where to write the answer —
-and each answer is each prompt's new token ids, stopped after a stop id (as the HF path's
-`generate_batch` returns them); `KVSPEC-DONE <path>` on stdout says it is written.
+study's; the Makefile's `vllm-env` target builds it). The settings name the model directory,
+dtype, tensor-parallel size and context length; the model loads once. Then each line on stdin
+is a request — a JSON file with the prompts (token ids), the token budget, the stop ids and
+where to write the answer — and each answer is each prompt's new token ids, stopped after a
+stop id (as the HF path's `generate_batch` returns them); `KVSPEC-DONE <path>` on stdout says
+it is written.
 """
 
 from __future__ import annotations
@@ -30,9 +31,8 @@ def answer(llm, request: dict) -> list[list[int]]:
 
 
 def serve(settings: dict) -> None:
-    from vllm import LLM
-
     import torch
+    from vllm import LLM
 
     # the share of device memory vLLM reserves for weights and KV cache; on the CPU backend it
     # is a share of the NUMA node's RAM, which the study's own process also needs
