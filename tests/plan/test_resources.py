@@ -31,11 +31,9 @@ def test_cards_give_the_published_parameter_counts(name: str) -> None:
     assert card.params == pytest.approx(PUBLISHED[name], rel=0.01)
 
 
-@pytest.fixture(scope="module")
-def paper_jobs(tmp_path_factory) -> list[dict]:
-    """Every job of the paper plan with its evaluated resources."""
-    tmp = tmp_path_factory.mktemp("paper")
-    proc = snakemake(tmp, "-n", "--configfile", str(REPO / "config" / "paper.yaml"))
+def _planned_jobs(tmp, configfile: str) -> list[dict]:
+    """Every job of a scale's plan with its evaluated resources (from `snakemake -n`)."""
+    proc = snakemake(tmp, "-n", "--configfile", str(REPO / "config" / configfile))
     jobs = []
     for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", proc.stdout, re.M):
         res = re.search(r"^    resources: (.*)$", body, re.M)
@@ -44,8 +42,27 @@ def paper_jobs(tmp_path_factory) -> list[dict]:
             jobs.append({"rule": rule, **dict(kv.split("=", 1) for kv in res[1].split(", ")),
                          "wildcards": dict(kv.split("=", 1) for kv in wild[1].split(", "))
                          if wild else {}})  # fmt: skip
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def paper_jobs(tmp_path_factory) -> list[dict]:
+    jobs = _planned_jobs(tmp_path_factory.mktemp("paper"), "paper.yaml")
     assert len(jobs) > 1000
     return jobs
+
+
+# the machine the mini and ci scales are made for (2 cores, 24 GiB): under profiles/slurm-cpu a
+# job asking for more memory than its node has is never scheduled
+CPU_MACHINE_MB = 24 * 1024
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "ci.yaml"])
+def test_every_cpu_scale_job_fits_the_machine_it_is_made_for(configfile, tmp_path) -> None:
+    jobs = _planned_jobs(tmp_path, configfile)
+    assert len(jobs) > 200
+    for job in jobs:
+        assert int(job["mem_mb"]) <= CPU_MACHINE_MB and int(job["gpu"]) == 0, job
 
 
 def test_every_paper_job_fits_its_node(paper_jobs) -> None:

@@ -50,6 +50,7 @@ class Rates:
 
 
 NODE, RATES = Node(), Rates()
+CPU_PROCESS_GB = 2.0  # a CPU job's interpreter, torch and tokenizer (mini runs: 0.6-2.9 GB RSS)
 
 
 @dataclass(frozen=True)
@@ -116,12 +117,15 @@ def inference(card: Card, dtype: str, *, batch: int, context: int, decode_steps:
 
 
 def on_device(need: Need, device: str) -> Need:
-    """The need as the scale runs it: on CPU (mini, ci) the GPU memory is host memory (the
-    rules' own `threads` give the cores); times are not modelled there (a generous limit)."""
+    """The need as the scale runs it: on CPU (mini, ci) what a GPU job holds on its GPUs (the
+    model, its cache and activations) lives in host memory instead, beside the process; the
+    host-side staging of a GPU job is not needed. The rules' own `threads` give the cores;
+    times are not modelled there (a generous limit)."""
     if device != "cpu":
         return need
-    return Need(0, 0.0, need.host_gb + need.gpu_gb * need.gpus, 1, min(need.hours, 12.0),
-                need.nodes, need.exclusive, need.tasks)  # fmt: skip
+    host = need.gpu_gb * need.gpus + CPU_PROCESS_GB if need.gpus else need.host_gb
+    return Need(0, 0.0, host, 1, min(need.hours, 12.0), need.nodes, need.exclusive,
+                need.tasks)  # fmt: skip
 
 
 # ---- per rule ----------------------------------------------------------------------------------
@@ -364,7 +368,8 @@ def _pipeline(config: Mapping[str, Any], wildcards: Any) -> Need:
     prompts = sum(p["sets"].values()) * p.get("runs", 1)
     hours = prompts * len(p["strategies"]) * p["max_new_tokens"] * 0.2 / 3600 + 0.5
     if p["launcher"] != "srun":  # every rank a process of this job, on one machine
-        return Need(0, 0.0, 4 * card.params / GB + 16, p["threads_per_rank"] * ranks, hours)
+        host = 4 * card.params / GB + ranks * CPU_PROCESS_GB
+        return Need(0, 0.0, host, p["threads_per_rank"] * ranks, hours)
     return Need(0, 0.0, 4 * card.params / GB / (ranks - 1) + 16, p["threads_per_rank"], hours,
                 nodes=ranks, tasks=ranks)  # fmt: skip
 
