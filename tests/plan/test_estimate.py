@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvspec.plan.estimate import asks, table
+from kvspec.plan.estimate import asks, dry_run_jobs, pairs, table
 
 DRY_RUN = """
 rule heal_train:
@@ -30,3 +30,10 @@ def test_maxima_per_rule_and_gpu_hours_over_jobs() -> None:
     assert heal.gpu_hours == 8 * 10 + 8 * 2
     assert got["report_status"].gpu_hours == 0 and "all" not in got
     assert list(table(got))[-1].endswith("**96** |")
+
+
+def test_jobs_and_their_fields_as_printed() -> None:
+    jobs = dry_run_jobs(DRY_RUN)
+    assert [rule for rule, _ in jobs] == ["heal_train", "heal_train", "report_status", "all"]
+    assert jobs[0][1]["input"] == "a" and jobs[0][1]["output"] == "b"
+    assert pairs(jobs[2][1]["resources"])["mem_mb"] == "2048"

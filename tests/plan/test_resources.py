@@ -4,13 +4,13 @@ the rules evaluate the model)."""
 
 from __future__ import annotations
 
-import re
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from kvspec.plan.cards import HUB, PACKAGED
+from kvspec.plan.estimate import dry_run_jobs, pairs
 from kvspec.plan.params import RULES
 from kvspec.plan.resources import NODE, RATES, TIMED, need
 
@@ -36,15 +36,11 @@ def _planned_jobs(tmp, configfile: str) -> list[dict]:
     if shared_mirror() is None:  # the workflow validates the mirror directory it is given
         pytest.skip("offline data mirror not present")
     proc = snakemake(tmp, "-n", "--configfile", str(REPO / "config" / configfile))
-    jobs = []
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", proc.stdout, re.M):
-        res = re.search(r"^    resources: (.*)$", body, re.M)
-        wild = re.search(r"^    wildcards: (.*)$", body, re.M)
-        if res and rule != "all":
-            jobs.append({"rule": rule, **dict(kv.split("=", 1) for kv in res[1].split(", ")),
-                         "wildcards": dict(kv.split("=", 1) for kv in wild[1].split(", "))
-                         if wild else {}})  # fmt: skip
-    return jobs
+    return [
+        {"rule": rule, **pairs(f["resources"]), "wildcards": pairs(f.get("wildcards", ""))}
+        for rule, f in dry_run_jobs(proc.stdout)
+        if "resources" in f and rule != "all"
+    ]
 
 
 @pytest.fixture(scope="module")

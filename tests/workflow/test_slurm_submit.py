@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kvspec.plan.estimate import dry_run_jobs
 from kvspec.plan.resources import TIMED
 
 from ..conftest import REPO, SNAKEMAKE
@@ -44,13 +45,9 @@ def _dry_run(workdir: Path) -> list[dict]:
                            str(REPO / "config" / "paper.yaml")],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = []
-    for rule, body in re.findall(r"^(?:local)?rule (\w+):\n((?:    .*\n)+)", proc.stdout, re.M):
-        field = {k: v for k, v in re.findall(r"^    (\w+): (.*)$", body, re.M)}
-        if rule != "all" and "output" in field:
-            jobs.append({"rule": rule, "input": field.get("input", "").split(", "),
-                         "output": field["output"].split(", ")})  # fmt: skip
-    return jobs
+    listed = [(rule, f) for rule, f in dry_run_jobs(proc.stdout) if "output" in f]
+    return [{"rule": rule, "input": f.get("input", "").split(", "),
+             "output": f["output"].split(", ")} for rule, f in listed if rule != "all"]  # fmt: skip
 
 
 def _waves(jobs: list[dict]) -> list[list[dict]]:

@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import kvspec.models.modeling_mla  # noqa: F401  (registers the MLA classes with the Auto API)
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
 def use_threads(threads: int | None) -> None:
@@ -30,7 +30,22 @@ def load_model(
     max_memory: Mapping[Any, int | str] | None = None,
     offload_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Any, Any]:
-    """(model in eval mode on `device` in `dtype`, tokenizer) of a saved model directory.
+    """(model in eval mode on `device` in `dtype`, tokenizer) of a saved model directory
+    (the model as `load_weights` places it)."""
+    model = load_weights(model_dir, dtype=dtype, device=device, max_memory=max_memory,
+                         offload_dir=offload_dir)  # fmt: skip
+    return model, AutoTokenizer.from_pretrained(model_dir)
+
+
+def load_weights(
+    model_dir: str | os.PathLike[str],
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    max_memory: Mapping[Any, int | str] | None = None,
+    offload_dir: str | os.PathLike[str] | None = None,
+) -> Any:
+    """The model of a saved model directory in eval mode on `device` in `dtype`.
 
     A model larger than one GPU is spread over the node's GPUs layer by layer (accelerate's
     big-model placement, `device_map="auto"`); `max_memory` ({device: bytes}) sets that
@@ -46,7 +61,7 @@ def load_model(
         )  # fmt: skip
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
-    return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+    return model.eval()
 
 
 def _gpu_budgets(model_dir: str | os.PathLike[str], dtype: str, device: str) -> dict[int, int]:

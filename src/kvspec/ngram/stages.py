@@ -17,6 +17,7 @@ from kvspec.decoding.generate import (
     gather_shards,
     generate_shard,
     generation_prompts,
+    prompt_ids,
     shard_slice,
     stop_ids,
 )
@@ -75,7 +76,6 @@ def responses_stage(
         model, tokenizer = load_model(model_dir, dtype=dtype, device=device)
         generate_shard(model, tokenizer, mine, out, max_new_tokens, batch_size, checkpoint)
         return
-    from kvspec.decoding.generate import config_stops, prompt_ids
     from kvspec.decoding.vllm_client import VllmGenerator
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

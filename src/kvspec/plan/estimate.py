@@ -31,14 +31,25 @@ class RuleAsk:
     gpu_hours: float = 0.0
 
 
+def dry_run_jobs(dry_run: str) -> list[tuple[str, dict[str, str]]]:
+    """(rule, {field: value}) of every job the text of `snakemake -n` lists (`input`, `output`,
+    `wildcards`, `resources`, ... as printed)."""
+    return [(rule, dict(re.findall(r"^    (\w+): (.*)$", body, re.M)))
+            for rule, body in JOB.findall(dry_run)]  # fmt: skip
+
+
+def pairs(field: str) -> dict[str, str]:
+    """A printed `key=value, key=value` field (resources, wildcards) as a dict."""
+    return dict(kv.split("=", 1) for kv in field.split(", ") if "=" in kv)
+
+
 def asks(dry_run: str) -> dict[str, RuleAsk]:
     """rule -> its request, from the text of `snakemake -n`."""
     out: dict[str, RuleAsk] = defaultdict(RuleAsk)
-    for rule, body in JOB.findall(dry_run):
-        found = re.search(r"^    resources: (.*)$", body, re.M)
-        if not found:
+    for rule, fields in dry_run_jobs(dry_run):
+        if "resources" not in fields:
             continue
-        res = dict(kv.split("=", 1) for kv in found[1].split(", ") if "=" in kv)
+        res = pairs(fields["resources"])
         gpus, hours = int(res.get("gpu", 0)), int(res.get("runtime", 0)) / 60
         ask = out[rule]
         ask.jobs += 1
@@ -53,7 +64,10 @@ def asks(dry_run: str) -> dict[str, RuleAsk]:
 
 def table(rules: dict[str, RuleAsk]) -> Iterable[str]:
     """A Markdown table of the rules' requests, with the total GPU-hours."""
-    yield "| rule | jobs | GPUs | GPU GB | host GB | hours (max) | nodes | GPU-hours |"
+    yield (
+        "| rule | jobs | GPUs (max) | GPU GB | host GB | hours requested (max) | nodes "
+        "| GPU-hours |"
+    )
     yield "|---|---:|---:|---:|---:|---:|---:|---:|"
     for rule, a in sorted(rules.items()):
         yield (f"| {rule} | {a.jobs} | {a.gpus} | {a.gpu_gb:.0f} | {a.host_gb:.0f} | "

@@ -230,8 +230,8 @@ def _heal_train(config: Mapping[str, Any], wildcards: Any) -> Need:
     # activations of one micro-batch: every layer's (without checkpointing), and both logits
     act = train["micro_batch"] * train["seq_len"] * (card.hidden * card.layers * 2 * 16
                                                     + 2 * card.vocab * 4)  # fmt: skip
-    shards = n if train.get("sharding", "fsdp") == "fsdp" else 1  # ddp: a full copy per GPU
-    if train.get("gradient_checkpointing"):  # each layer's input kept, one layer recomputed
+    shards = n if train["sharding"] == "fsdp" else 1  # ddp: a full copy per GPU
+    if train["gradient_checkpointing"]:  # each layer's input kept, one layer recomputed
         act = train["micro_batch"] * train["seq_len"] * (card.hidden * card.layers * 2
                                                         + card.hidden * 2 * 16
                                                         + 2 * card.vocab * 4)  # fmt: skip
@@ -270,12 +270,11 @@ def _sampling(kind: str) -> Estimate:
         s = config["sampling"]
         card = card_of(config, s["target"])
         block = s[kind]
-        runs = {"humaneval": block.get("completions", 1) * block.get("problems", 1),
-                "sweep": len(block.get("ks", [1])) * len(block.get("temperatures", [1]))
-                * block.get("problems", 1) + block.get("repeats", 0),
-                "timing": len(block.get("methods", [])) * block.get("runs", 1)
-                * block.get("problems", 1),
-                "math500": 2 * block.get("problems", 1)}[kind]  # fmt: skip
+        runs = {"humaneval": lambda: block["completions"] * block["problems"],
+                "sweep": lambda: len(block["ks"]) * len(block["temperatures"])
+                * block["problems"] + block["repeats"],
+                "timing": lambda: len(block["methods"]) * block["runs"] * block["problems"],
+                "math500": lambda: 2 * block["problems"]}[kind]()  # fmt: skip
         steps = runs * block["max_new_tokens"] * 3  # target + draft(s) per token
         return inference(card, _dtype(config), batch=1, context=2048, decode_steps=steps)
 
@@ -365,7 +364,7 @@ def _pipeline(config: Mapping[str, Any], wildcards: Any) -> Need:
     p = config["pipeline"]
     card = card_of(config, p["target"])
     ranks = max(p["n_stages"]) + 1
-    prompts = sum(p["sets"].values()) * p.get("runs", 1)
+    prompts = sum(p["sets"].values()) * p["runs"]
     hours = prompts * len(p["strategies"]) * p["max_new_tokens"] * 0.2 / 3600 + 0.5
     if p["launcher"] != "srun":  # every rank a process of this job, on one machine
         host = 4 * card.params / GB + ranks * CPU_PROCESS_GB

@@ -128,13 +128,11 @@ def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int
 def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
           timeout_s: float = 60.0, sessions: int | None = None, dtype: str = "float32",
           heads: Mapping[str, str] | None = None, device: str = "cpu") -> None:  # fmt: skip
-    from transformers import AutoModelForCausalLM
-
     from kvspec.io import write_text
+    from kvspec.models.load import load_weights
     from kvspec.neural.heads import load_head
 
-    target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=getattr(torch, dtype))
-    target = target.to(device).eval()
+    target = load_weights(target_dir, dtype=dtype, device=device)
     loaded = {name: load_head(path, target)[0].to(device) for name, path in (heads or {}).items()}
     with socket.create_server(("127.0.0.1", 0)) as server:
         write_text(port_file, str(server.getsockname()[1]))
