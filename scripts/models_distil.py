@@ -6,10 +6,13 @@ from kvspec.models.stages import distil_stage
 
 with log_to(snakemake.log[0]):
     job = snakemake.params.job
+    corpus = {k.removeprefix("corpus_"): v for k, v in snakemake.input.items()
+              if k.startswith("corpus_")}  # fmt: skip
     distil_stage(
         teacher=snakemake.input.teacher,
         responses=snakemake.input.responses,
         **job,
+        corpus=corpus,
         threads=snakemake.threads,
         out_model=snakemake.output.model,
         out_curve=snakemake.output.curve,

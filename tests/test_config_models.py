@@ -121,7 +121,9 @@ def test_distilled_draft_validates_with_defaults(distil_config: dict, schema: di
     assert draft["distil"]["init"] == "pca"
     assert draft["distil"]["train"]["top_k"] == 64 and draft["distil"]["train"]["beta"] == 1.0
     assert draft["distil"]["data"] == {"val_fraction": 0.1, "max_len": 512,
-                                       "prompt_loss": False, "teacher_batch": 8}  # fmt: skip
+                                       "prompt_loss": False, "teacher_batch": 8,
+                                       "corpus": [], "corpus_limit": 0}  # fmt: skip
+    assert draft["distil"]["vocab"] is None and draft["distil"]["layers"] is None
     assert kv_width(filled, "draft") == 2 * 64
 
 
@@ -156,6 +158,21 @@ def test_teacher_may_not_be_distilled_from_its_student(distil_config: dict, sche
     validate(distil_config, schema)  # a chain target -> draft -> draft_mid is fine
     distil_config["models"]["draft"]["distil"]["teacher"] = "draft_mid"
     with pytest.raises(ConfigError, match="distillation cycle draft <- draft_mid <- draft"):
+        validate(distil_config, schema)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"init": "target"}, r"distil\.layers': give the teacher's layers"),
+        ({"layers": [0, 1]}, r"distil\.layers': give the teacher's layers"),
+        ({"data": {"corpus": ["humaneval"]}}, r"distil\.data\.corpus': 'humaneval' is not an"),
+        ({"data": {"corpus": ["nope"]}}, r"distil\.data\.corpus': 'nope' is not an"),
+    ],
+)
+def test_bad_draft_shape_is_refused(distil_config: dict, schema: dict, edit, match) -> None:
+    distil_config["models"]["draft"]["distil"].update(edit)
+    with pytest.raises(ConfigError, match=f"config key 'models\\.draft\\.{match}"):
         validate(distil_config, schema)
 
 

@@ -193,6 +193,18 @@ def check_distil(config: Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"{key}: {teacher!r} answers no prompts; add it to spec.generate.models"
             )
+        _check_distil_shape(config, name, spec["distil"])
+
+
+def _check_distil_shape(config: Mapping[str, Any], name: str, distil: Mapping[str, Any]) -> None:
+    """init target names its layers; corpus datasets are instruction datasets of the config."""
+    key = f"config key 'models.{name}.distil"
+    if (distil.get("init") == "target") != bool(distil.get("layers")):
+        raise ConfigError(f"{key}.layers': give the teacher's layers exactly with init: target")
+    datasets = config["data"]["datasets"]
+    for dataset in distil.get("data", {}).get("corpus", []):
+        if datasets.get(dataset, {}).get("kind") != "instruction":
+            raise ConfigError(f"{key}.data.corpus': {dataset!r} is not an instruction dataset")
 
 
 def kv_width(config: Mapping[str, Any], model: str) -> int | None:

@@ -249,19 +249,118 @@ def test_distil_model_without_teacher_pass_when_beta_is_zero(teacher, records) -
     decl = {**DECL, "train": {**DECL["train"], "beta": 0.0, "steps": 4}}
     student, curve, stats = distil.distil_model(teacher, records, decl, seed=0)
     assert stats["teacher_seconds"] == 0.0 and np.isnan(stats["teacher_argmax_agreement"])
-    assert curve[-1]["val_kl"] == 0.0 and stats["sequences"] == {"train": 19, "val": 5}
+    assert curve[-1]["val_kl"] == 0.0
+    assert stats["sequences"] == {"train": 19, "corpus": 0, "val": 5}
     assert stats["parameters"] < stats["teacher_parameters"]
     assert student.config.vocab_size == VOCAB
+
+
+def test_target_slice_of_every_layer_is_the_teacher(teacher) -> None:
+    arch = {**ARCH, "hidden": 32, "intermediate": 64, "heads": 4, "kv_heads": 2, "layers": 2}
+    whole = build_student(arch, teacher, seed=0, init="target", layers=[0, 1]).eval()
+    ids = torch.tensor([[3, 9, 1, 4]])
+    with torch.no_grad():
+        assert torch.equal(whole(input_ids=ids).logits, teacher(input_ids=ids).logits)
+    one = build_student({**arch, "layers": 1}, teacher, seed=0, init="target", layers=[1])
+    assert len(one.model.layers) == 1 and one.config.num_hidden_layers == 1
+    got, want = one.model.layers[0].mlp.up_proj.weight, teacher.model.layers[1].mlp.up_proj.weight
+    assert torch.equal(got, want) and got is not want  # a copy
+    with pytest.raises(ValueError, match="disagrees"):
+        build_student(ARCH, teacher, seed=0, init="target", layers=[0])  # hidden 16 != 32
+    with pytest.raises(ValueError, match="distinct teacher layers"):
+        build_student(arch, teacher, seed=0, init="target", layers=[0, 5])
+
+
+def test_restricted_kl_is_the_coarsened_kl_over_the_readout(teacher, seqs) -> None:
+    """Teacher top-k tokens outside a reduced readout join the rest bucket: the KL equals
+    the one computed by hand over (kept top-k tokens, everything else)."""
+    keep_ids = torch.arange(0, VOCAB, 2)  # even tokens
+    to_draft = torch.full((VOCAB,), -1).index_copy_(0, keep_ids, torch.arange(len(keep_ids)))
+    batch = make_batch(seqs[:3])
+    targets, _ = teacher_targets(teacher, seqs[:3], top_k=6, tau=1.0, batch_size=4)
+    cat = distil.batch_targets(targets, seqs[:3])
+    keep = torch.ones(len(batch.labels), dtype=torch.bool)
+    s_logits = torch.randn(len(batch.labels), len(keep_ids), dtype=torch.float64)
+    s_logp = torch.log_softmax(s_logits, -1)
+    got = float(distil.topk_kl_logp(s_logp, distil.restrict_targets(cat, keep, to_draft)))
+    rows = []
+    for ids, logp, s in zip(cat[0], cat[1].double(), s_logp, strict=True):
+        inside = [(i, lp) for i, lp in zip(ids.tolist(), logp.tolist(), strict=True) if i % 2 == 0]
+        kl, t_in, s_in = 0.0, 0.0, 0.0
+        for i, lp in inside:
+            kl += np.exp(lp) * (lp - float(s[i // 2]))
+            t_in, s_in = t_in + np.exp(lp), s_in + float(s[i // 2].exp())
+        rows.append(kl + (1 - t_in) * (np.log(1 - t_in) - np.log(1 - s_in)))
+    assert got == pytest.approx(float(np.mean(rows)), rel=1e-4)
+
+
+def test_reduced_vocabulary_distillation_learns_over_the_kept_tokens(teacher, records) -> None:
+    decl = {**DECL, "vocab": 12, "train": {**DECL["train"], "steps": 30, "eval_every": 10}}
+    student, curve, stats = distil.distil_model(teacher, records, decl, seed=0)
+    head = distil.reduced_head(student)
+    assert stats["vocabulary"] == 12 and head is not None and len(head.ids) == 12
+    stops = teacher.generation_config.eos_token_id
+    assert set([stops] if isinstance(stops, int) else stops) <= set(head.ids.tolist())
+    assert 0 < curve[-1]["val_coverage"] <= 1 and np.isfinite(curve[-1]["val_ce"])
+    assert curve[-1]["val_match"] > curve[0]["val_match"]
+    assert curve[-1]["val_match"] <= curve[-1]["val_coverage"]  # a miss outside the readout
+
+
+def test_corpus_never_holds_a_validation_prompt(teacher, records) -> None:
+    """SFT text on a prompt whose greedy response is validated would leak it (measured: a
+    draft's validation agreement 0.55 against 0.09 acceptance on held-out prompts)."""
+    seqs = distil_sequences(records, max_len=40, prompt_loss=False)
+    _, val = split_sequences(seqs, DECL["data"]["val_fraction"], seed=0)
+    on_val = [distil.Sequence(f"corpus/x/{i}", s.ids[: s.start + 1] + (5, 6, 7), s.start)
+              for i, s in enumerate(val)]  # fmt: skip
+    fresh = distil.Sequence("corpus/x/new", (9, 8, 7, 6, 5, 4), 2)
+    decl = {**DECL, "train": {**DECL["train"], "steps": 2}}
+    _, _, stats = distil.distil_model(teacher, records, decl, seed=0, corpus=[*on_val, fresh])
+    assert len(on_val) == 5 and stats["sequences"]["corpus"] == 1
+
+
+def test_corpus_sequences_learn_the_teacher_argmax_and_skip_held_out_prompts(
+    teacher, records
+) -> None:
+    from kvspec.models.distil_corpus import corpus_sequences, heldout_prompts
+
+    class Tok:  # chat-renders "a b c" as ids [1, a, b, c, 2] (prompt) and [.., 3] (reply)
+        def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
+            ids = [1]
+            for m in messages:
+                ids += [int(w) for w in m["content"].split()] + [2]
+            return ids
+
+    rows = [{"id": str(i), "prompt": f"{i % 7 + 4} {i % 5 + 10}", "response": f"{i % 9 + 20} 21"}
+            for i in range(30)]  # fmt: skip
+    held = [{"split": "general", "prompt": "4 10"}, {"split": "index", "prompt": "5 11"}]
+    exclude = heldout_prompts(held)
+    assert exclude == {"4 10"}
+    seqs = corpus_sequences({"x": rows}, Tok(), [2], exclude=exclude, max_len=40, limit=8, seed=0)
+    assert len(seqs) == 8 and len({s.id for s in seqs}) == 8
+    assert all(s.ids[1:3] != (4, 10) for s in seqs)
+    assert seqs == corpus_sequences({"x": rows}, Tok(), [2], exclude=exclude, max_len=40,
+                                    limit=8, seed=0)  # fmt: skip
+    # trained on: the CE's labels are the teacher's argmax, not the reference response
+    batch = make_batch(seqs[:2])
+    targets, _ = teacher_targets(teacher, seqs[:2], top_k=4, tau=1.0, batch_size=2)
+    cat = distil.batch_targets(targets, seqs[:2])
+    student = build_student(ARCH, teacher, seed=0, init="random")
+    _, ce, _ = distil_loss(student, batch, cat, spec(beta=0.0))
+    with torch.no_grad():
+        logits = distil.learned_logits(student, batch)
+    assert ce == pytest.approx(float(F.cross_entropy(logits, cat[0][:, 0])), rel=1e-5)
 
 
 # ---------------------------------------------------------------- stage
 
 
-def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path, monkeypatch) -> None:
+    from transformers import AutoTokenizer
 
     from kvspec.decoding.generate import prompt_ids
     from kvspec.models.build import build_model
+    from kvspec.models.load import load_model
     from kvspec.models.stages import distil_stage
     from kvspec.models.tokenizer import train_tokenizer
 
@@ -275,29 +374,48 @@ def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path) -> Non
     for i, text in enumerate(["def f", "hello", "return x", "world", "f(x)", "x + 1"]):
         ids = prompt_ids(tok, text)
         resp = greedy_generate(teacher, ids, 8, teacher.generation_config.eos_token_id)
-        rows.append({"id": str(i), "split": "index" if i < 5 else "general",
+        rows.append({"id": str(i), "split": "index" if i < 5 else "general", "prompt": text,
                      "prompt_ids": ids, "response_ids": resp})  # fmt: skip
     responses = tmp_path / "responses.jsonl"
     responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    decl = {**DECL, "train": {**DECL["train"], "steps": 4, "batch_size": 2}}
+    corpus = tmp_path / "sft.jsonl"  # one prompt is held out ("x + 1"): never drawn
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": str(i), "prompt": p, "response": "x + 1"}) + "\n"
+            for i, p in enumerate(["x + 1", "def g", "hello f", "return"])
+        )
+    )
+    decl = {**DECL, "vocab": 40, "train": {**DECL["train"], "steps": 4, "batch_size": 2},
+            "data": {**DECL["data"], "corpus": ["sft"], "corpus_limit": 5}}  # fmt: skip
     out = tmp_path / "out"
     ckpt = tmp_path / "ckpt" / "draft.pt"
     distil_stage(
         teacher=str(teacher_dir), responses=str(responses), decl=decl, seed=0, threads=1,
         out_model=str(out / "draft"), out_curve=str(out / "curve.csv"),
-        out_stats=str(out / "stats.json"), checkpoint=str(ckpt),
+        out_stats=str(out / "stats.json"), checkpoint=str(ckpt), corpus={"sft": str(corpus)},
     )  # fmt: skip
-    model = AutoModelForCausalLM.from_pretrained(out / "draft")
+    model, _ = load_model(out / "draft")
     assert model.config.hidden_size == 16 and model.config.vocab_size == teacher.config.vocab_size
+    assert len(distil.reduced_head(model).ids) == 40
     saved = AutoTokenizer.from_pretrained(out / "draft")
     assert saved.get_vocab() == tok.get_vocab() and saved.chat_template == tok.chat_template
     assert model.generation_config.eos_token_id == teacher.generation_config.eos_token_id
     curve = pd.read_csv(out / "curve.csv")
     assert list(curve["step"]) == [4] and {"val_ce", "val_match", "train_kl"} <= set(curve)
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["sequences"] == {"train": 4, "val": 1}
+    assert stats["sequences"] == {"train": 7, "corpus": 3, "val": 1} and stats["vocabulary"] == 40
     assert stats["provenance"]["teacher"] == str(teacher_dir) and stats["provenance"]["config_hash"]
-    assert not ckpt.exists() and not Path(f"{ckpt}.teacher").exists()  # cleaned up
+    assert not ckpt.exists() and len(list((ckpt.parent / "teacher").glob("*.pt"))) == 1
+    # a second draft of the same teacher and data settings reuses that teacher pass
+    monkeypatch.setattr(distil, "teacher_targets", lambda *a, **k: pytest.fail("recomputed"))
+    distil_stage(
+        teacher=str(teacher_dir), responses=str(responses),
+        decl={**decl, "train": {**decl["train"], "steps": 2}}, seed=0, threads=1,
+        out_model=str(out / "draft2"), out_curve=str(out / "curve2.csv"),
+        out_stats=str(out / "stats2.json"), checkpoint=str(ckpt.with_name("draft2.pt")),
+        corpus={"sft": str(corpus)},
+    )  # fmt: skip
+    assert (out / "draft2").is_dir()
 
 
 def test_spec_dataclass_matches_the_schema(schema: dict) -> None:

@@ -183,8 +183,10 @@ def test_distilled_draft_reads_its_teachers_responses(plans, dags) -> None:
         "results/models/draft", "results/distil/draft/curve.csv",
         "results/distil/draft/stats.json")}  # fmt: skip
     inputs = plan.base.distil_inputs(SimpleNamespace(model="draft"))
+    sets = ("alpaca", "codealpaca", "sharegpt")
+    corpus = {f"corpus_{n}": f"results/data/{n}.jsonl" for n in sets}
     assert inputs == {"teacher": "results/models/target",
-                      "responses": "results/generate/target/responses.jsonl"}  # fmt: skip
+                      "responses": "results/generate/target/responses.jsonl", **corpus}  # fmt: skip
     assert set(inputs.values()) <= outputs_of(jobs)
 
 

@@ -134,3 +134,21 @@ def test_make_sampler_follows_the_warped_target_law_of_three_tokens(sharp_models
     counts = _draw(make_sampler(kind, sharp_models, settings), 2000)
     p = _pvalue(counts, _law3(sharp_models["target"]))
     assert (p > 1e-3) if exact else (p < 1e-6), p
+
+
+@pytest.mark.parametrize("kind", ["sd", "three_model"])
+def test_drafts_with_a_reduced_vocabulary_keep_the_target_law(sharp_models, kind):
+    """Drafts reading out over 3 of the 5 tokens (q = 0 on the other two, where the target
+    puts mass): the verifiers still return the target's exact law of three tokens."""
+    from kvspec.models.draft_vocab import attach_reduced_head
+
+    models = copy.deepcopy(sharp_models)
+    for name in ("draft", "mid"):
+        attach_reduced_head(models[name], [0, 2, 4])
+    law = _law3(models["draft"])
+    assert law[1].sum() == 0 and law[:, 3].sum() == 0  # the draft never proposes 1 or 3
+    assert _law3(models["target"])[1].sum() > 0.05  # the target does
+    settings = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=2, k_d=2, k_i=2)
+    counts = _draw(make_sampler(kind, models, settings), 2000)
+    p = _pvalue(counts, _law3(models["target"]))
+    assert p > 1e-3, p

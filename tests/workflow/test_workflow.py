@@ -51,7 +51,10 @@ def test_models_trained_and_loadable(ci_run: Path, ci_config: dict) -> None:
 
 
 def test_draft_distilled_from_the_target(ci_run: Path, ci_config: dict) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from kvspec.models.draft_vocab import reduced_head
+    from kvspec.models.load import load_weights
 
     decl = ci_config["models"]["draft"]["distil"]
     stats = json.loads((ci_run / "results" / "distil" / "draft" / "stats.json").read_text())
@@ -60,9 +63,9 @@ def test_draft_distilled_from_the_target(ci_run: Path, ci_config: dict) -> None:
     curve = pd.read_csv(ci_run / "results" / "distil" / "draft" / "curve.csv")
     assert curve["val_ce"].iloc[-1] < curve["val_ce"].iloc[0]  # it learned
     models = ci_run / "results" / "models"
-    draft = AutoModelForCausalLM.from_pretrained(models / "draft")
-    target = AutoModelForCausalLM.from_pretrained(models / "target")
+    draft, target = load_weights(models / "draft"), load_weights(models / "target")
     assert draft.config.vocab_size == target.config.vocab_size
+    assert len(reduced_head(draft).ids) == decl["vocab"] and stats["sequences"]["corpus"] > 0
     assert draft.config.hidden_size == decl["arch"]["hidden"]
     draft_tok = AutoTokenizer.from_pretrained(models / "draft")
     assert draft_tok.get_vocab() == AutoTokenizer.from_pretrained(models / "target").get_vocab()

@@ -1,16 +1,21 @@
 """Draft models distilled from their target: sequence-level KD on the target's own greedy
-responses plus token-level KD on its top-k log-probabilities; seeded and resumable.
+responses, teacher-forced KD on other text, token-level KD on its top-k log-probabilities;
+seeded and resumable.
 
     L = CE(z_S, y) + β·τ²·KL_k(p_T^τ ‖ p_S^τ)
 
-y is the next token of the sequence (an index prompt + the teacher's greedy response, so on
-the response CE *is* sequence-level KD: the draft learns the teacher's argmax, which is what
-greedy verification accepts). KL_k compares both distributions coarsened to the teacher's
-top-k tokens plus one bucket for everything else: a lower bound of the full KL (coarsening
-never increases a KL), exact when k covers the vocabulary, zero when student = teacher.
-The teacher's top-k log-probs are computed once per sequence and cached, so each training
-step costs only a student pass. A draft must share the teacher's tokenizer and vocabulary;
-its embedding can start as the teacher's projected onto its top principal directions.
+y is the teacher's argmax at each learned position when its targets are computed (on an index
+prompt + its own greedy response that is the next token, so CE there *is* sequence-level KD:
+the draft learns what greedy verification accepts; on SFT text it is what the teacher would
+have generated), else the sequence's next token. KL_k compares both distributions coarsened to
+the teacher's top-k tokens plus one bucket for everything else: a lower bound of the full KL
+(coarsening never increases a KL), exact when k covers the vocabulary, zero when student =
+teacher. A draft with a reduced readout (`kvspec.models.draft_vocab`) learns over its N tokens:
+positions whose label is outside are skipped and the teacher's mass outside joins the bucket.
+The teacher's top-k log-probs are computed once per sequence and cached (shared by drafts of
+one teacher with the same data), so each training step costs only a student pass. A draft
+shares the teacher's tokenizer; it starts as the teacher cut to a few of its layers, or as
+fresh layers on the teacher's embedding projected onto its top principal directions.
 Every random choice is a function of (seed, step), so a run resumed from its state file
 continues the uninterrupted run's curve and weights bit for bit.
 """
@@ -21,6 +26,7 @@ import copy
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from collections.abc import Sequence as Sequence_
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from kvspec.io import atomic_path
+from kvspec.models.draft_vocab import attach_reduced_head, frequent_tokens, reduced_head
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
@@ -56,6 +63,7 @@ class DistilSpec:
     tau: float = 1.0
     top_k: int = 64
     freeze_embeddings: bool = False
+    train_head: bool = False
     eval_every: int = 50
     ckpt_every: int = 50
     seed: int = 0
@@ -175,15 +183,26 @@ def principal_projection(weight: torch.Tensor, rank: int) -> torch.Tensor:
     return (weight.double() @ vh[:rank].T).to(weight.dtype)  # (V, rank)
 
 
+INITS = ("pca", "random", "target")
+
+
 def build_student(
-    arch: Mapping[str, Any], teacher: torch.nn.Module, seed: int, init: str = "pca"
+    arch: Mapping[str, Any],
+    teacher: torch.nn.Module,
+    seed: int,
+    init: str = "pca",
+    layers: Sequence_[int] | None = None,
 ) -> torch.nn.Module:
-    """A seeded student for `arch`, with the teacher's generation settings (stop tokens);
-    `init="pca"` starts its embeddings as the teacher's principal projections."""
+    """A seeded student for `arch`, with the teacher's generation settings (stop tokens).
+    `init="pca"` starts its embeddings as the teacher's principal projections; `"target"`
+    starts it as the teacher itself cut to the teacher's `layers` (embedding, those decoder
+    layers in order, final norm and head: `arch` must describe that shape)."""
     from kvspec.models.build import ARCHITECTURES
 
-    if init not in ("pca", "random"):
-        raise ValueError(f"init must be 'pca' or 'random', got {init!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    if init == "target":
+        return target_slice(teacher, arch, layers or []).train()
     torch.manual_seed(derive(seed, "init"))
     student = ARCHITECTURES[arch["family"]][1](student_config(arch, teacher.config))
     student.generation_config = copy.deepcopy(teacher.generation_config)
@@ -198,11 +217,56 @@ def build_student(
     return student.train()
 
 
+def target_slice(
+    teacher: torch.nn.Module, arch: Mapping[str, Any], layers: Sequence_[int]
+) -> torch.nn.Module:
+    """A copy of `teacher` keeping only its decoder `layers` (in that order); checked
+    against `arch` (hidden, intermediate, heads, kv_heads, layers) so the config describes
+    the model that is built."""
+    n = teacher.config.num_hidden_layers
+    if not layers or any(not 0 <= i < n for i in layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"init target needs distinct teacher layers in 0..{n - 1}, got {layers}")
+    shape = {"hidden": "hidden_size", "intermediate": "intermediate_size",
+             "heads": "num_attention_heads", "kv_heads": "num_key_value_heads"}  # fmt: skip
+    wrong = {k: (arch[k], getattr(teacher.config, a)) for k, a in shape.items()
+             if arch[k] != getattr(teacher.config, a)}  # fmt: skip
+    if len(layers) != arch["layers"]:
+        wrong["layers"] = (arch["layers"], len(layers))
+    if wrong:
+        raise ValueError(f"arch disagrees with the teacher slice it describes: {wrong}")
+    student = copy.deepcopy(teacher)
+    decoder = student.base_model
+    decoder.layers = torch.nn.ModuleList([decoder.layers[i] for i in layers])
+    for new, layer in enumerate(decoder.layers):
+        layer.self_attn.layer_idx = new
+    config = student.config
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in layers]
+    config.num_hidden_layers = len(layers)
+    return student
+
+
 def learned_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
-    """The student's logits at the learned positions only (N, V): the LM head, which
-    dominates a small model's cost at a large vocabulary, skips prompt and padding."""
+    """The student's full-width logits at the learned positions only (N, V): the LM head,
+    which dominates a small model's cost at a large vocabulary, skips prompt and padding."""
     hidden = model.base_model(input_ids=batch.ids).last_hidden_state  # (B, T, H)
     return model.get_output_embeddings()(hidden[batch.mask])  # (N, V)
+
+
+def learned_readout(
+    model: torch.nn.Module, batch: Batch, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(logits (n, N) over the student's readout vocabulary, `labels` (N,) as indices of it,
+    keep (N,) bool): with a reduced head (`kvspec.models.draft_vocab`) only the positions
+    whose label is in its subset are kept, and only N logits are computed per position."""
+    hidden = model.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]  # (N, H)
+    head = reduced_head(model)
+    if head is None:
+        keep = torch.ones_like(labels, dtype=torch.bool)
+        return model.get_output_embeddings()(hidden), labels, keep
+    mapped = head.to_draft()[labels]  # (N,)
+    keep = mapped >= 0
+    return head.reduced(hidden[keep]), mapped[keep], keep
 
 
 # ---------------------------------------------------------------- teacher targets
@@ -229,13 +293,22 @@ def teacher_targets(
     chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
     for chunk in tqdm(chunks, desc="teacher", unit="batch", mininterval=10):
         batch = make_batch(chunk, pad_id).to(teacher.device)
-        logits = teacher(input_ids=batch.ids).logits[batch.mask].float()  # (N, V)
+        logits = output_logits(teacher, batch).float()  # (N, V)
         hits += int((logits.argmax(-1) == batch.labels).sum())
         total += len(batch.labels)
         top = tuple(t.cpu() for t in _topk(logits, top_k, tau))
         for s, rows in zip(chunk, _split_rows(top, chunk), strict=True):
             out[s.id] = rows
     return out, hits / max(1, total)
+
+
+def output_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """A full model's logits at the learned positions only (N, V), as its forward computes
+    them (a final logit soft-cap included): the output layer skips prompt and padding."""
+    hidden = model.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]  # (N, H)
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / cap) * cap if cap else logits
 
 
 def _topk(logits: torch.Tensor, top_k: int, tau: float) -> Targets:
@@ -270,29 +343,54 @@ def topk_kl(student_logits: torch.Tensor, targets: Targets, tau: float) -> torch
 def topk_kl_logp(student_logp: torch.Tensor, targets: Targets) -> torch.Tensor:
     """`topk_kl` from the student's log-probabilities at τ (N, V). The student's rest mass is
     1 - its mass on the teacher's top k (in float64, floored at 1e-9 so that a student sure of
-    those k tokens keeps a finite log): no second pass over the vocabulary."""
+    those k tokens keeps a finite log): no second pass over the vocabulary. Entries whose
+    teacher log-prob is -inf (tokens outside a reduced readout, see `restrict_targets`) are
+    left out of the k and counted in the rest."""
     t_ids, t_logp, t_rest = targets
     s_top = student_logp.gather(-1, t_ids)  # (N, k)
-    kl = (t_logp.exp() * (t_logp - s_top)).sum(-1)  # (N,)
-    if t_ids.shape[-1] < student_logp.shape[-1]:
-        covered = s_top.double().exp().sum(-1)  # (N,)
+    valid = torch.isfinite(t_logp)  # (N, k)
+    terms = torch.where(valid, t_logp.exp() * (t_logp - s_top), torch.zeros_like(s_top))
+    kl = terms.sum(-1)  # (N,)
+    if t_ids.shape[-1] < student_logp.shape[-1] or not bool(valid.all()):
+        covered = (s_top.double().exp() * valid).sum(-1)  # (N,)
         s_rest = torch.log1p(-covered.clamp(max=1 - 1e-9)).to(kl.dtype)  # (N,)
         kl = kl + t_rest.exp() * (t_rest - s_rest)
     return kl.mean()
 
 
+def restrict_targets(
+    targets: Targets, keep: torch.Tensor, to_draft: torch.Tensor | None
+) -> Targets:
+    """The targets of the kept positions, their token ids as indices of a reduced readout
+    (`to_draft`: (V,) index or -1; None = full vocabulary): a top-k token outside it gets
+    log-prob -inf and its mass joins the rest bucket."""
+    ids, logp, rest = (t[keep] for t in targets)
+    if to_draft is None:
+        return ids, logp, rest
+    mapped = to_draft[ids]  # (n, k)
+    inside = mapped >= 0
+    outside_mass = torch.where(inside, torch.zeros_like(logp), logp.exp()).sum(-1)  # (n,)
+    rest = torch.log(rest.exp() + outside_mass)
+    return mapped.clamp(min=0), logp.masked_fill(~inside, float("-inf")), rest
+
+
 def distil_loss(
     student: torch.nn.Module, batch: Batch, targets: Targets | None, spec: DistilSpec
 ) -> tuple[torch.Tensor, float, float]:
-    """(L, CE, KL) on one batch; without targets (β = 0) L is the CE alone. At τ = 1 the CE
-    and the KL share one log-softmax over the vocabulary (the costliest elementwise pass)."""
-    logits = learned_logits(student, batch).float()  # (N, V)
-    logp = F.log_softmax(logits, dim=-1)  # (N, V)
-    ce = F.nll_loss(logp, batch.labels)
+    """(L, CE, KL) on one batch. With teacher targets the CE's labels are the teacher's
+    argmax (its top-1; on its own greedy responses = the next token, on other text what it
+    would have generated), else the sequences' next tokens; without targets or at β = 0 L is
+    the CE alone. At τ = 1 the CE and the KL share one log-softmax over the readout."""
+    labels = targets[0][:, 0] if targets is not None else batch.labels
+    logits, labels, keep = learned_readout(student, batch, labels)
+    logits = logits.float()  # (n, N)
+    logp = F.log_softmax(logits, dim=-1)  # (n, N)
+    ce = F.nll_loss(logp, labels)
     if targets is None or spec.beta == 0:
         return ce, float(ce.detach()), 0.0
     at_tau = logp if spec.tau == 1 else F.log_softmax(logits / spec.tau, dim=-1)
-    kd = topk_kl_logp(at_tau, targets)
+    head = reduced_head(student)
+    kd = topk_kl_logp(at_tau, restrict_targets(targets, keep, head.to_draft() if head else None))
     return ce + spec.beta * spec.tau**2 * kd, float(ce.detach()), float(kd.detach())
 
 
@@ -304,25 +402,47 @@ def evaluate(
     spec: DistilSpec,
     pad_id: int = 0,
 ) -> dict[str, float]:
-    """Token-weighted validation CE, KL and top-1 agreement with the teacher's next token
-    (the per-token chance that greedy verification accepts the draft's token)."""
+    """Token-weighted validation metrics on held-out greedy responses of the teacher:
+    `val_match`, the share of positions where the draft's argmax is the teacher's greedy
+    token (the per-token chance that greedy verification accepts it; a token outside a
+    reduced readout is a miss); `val_coverage`, the share whose token the readout covers;
+    `val_ce` on those; with teacher targets, `val_kl` and `val_alpha`, Σ min(p_T, q) over the
+    teacher's top-k tokens at τ (a lower bound of the acceptance rate α of speculative
+    sampling at temperature τ, tight when the top-k hold nearly all the teacher's mass)."""
     was_training = student.training
     student.eval()
-    sums = {"ce": 0.0, "kl": 0.0, "match": 0.0}
+    head = reduced_head(student)
+    to_draft = head.to_draft() if head else None
+    sums = dict.fromkeys(("ce", "kl", "alpha", "match", "coverage"), 0.0)
     total = 0
     for i in range(0, len(seqs), spec.batch_size):
         chunk = seqs[i : i + spec.batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
-        logits = learned_logits(student, batch)  # (N, V)
-        n = len(batch.labels)
-        sums["ce"] += float(F.cross_entropy(logits.float(), batch.labels)) * n
-        sums["match"] += float((logits.argmax(-1) == batch.labels).sum())
-        if targets is not None and spec.beta > 0:
-            tgt = batch_targets(targets, chunk, student.device)
-            sums["kl"] += float(topk_kl(logits, tgt, spec.tau)) * n
-        total += n
+        hidden = student.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]
+        logits = (head.reduced(hidden) if head else student.get_output_embeddings()(hidden)).float()
+        labels = to_draft[batch.labels] if head else batch.labels  # (n,) -1 outside
+        keep = labels >= 0
+        sums["match"] += float((logits.argmax(-1) == labels).sum())
+        sums["coverage"] += float(keep.sum())
+        if keep.any():
+            sums["ce"] += float(F.cross_entropy(logits[keep], labels[keep], reduction="sum"))
+        if targets is not None:
+            everything = torch.ones_like(keep)
+            tgt = restrict_targets(batch_targets(targets, chunk, student.device), everything,
+                                   to_draft)  # fmt: skip
+            s_logp = F.log_softmax(logits / spec.tau, dim=-1)
+            sums["kl"] += float(topk_kl_logp(s_logp, tgt)) * len(labels)
+            sums["alpha"] += float(_overlap(s_logp, tgt).sum())
+        total += len(labels)
     student.train(was_training)
-    return {f"val_{k}": v / max(1, total) for k, v in sums.items()}
+    out = {f"val_{k}": sums[k] / max(1, total) for k in ("kl", "alpha", "match", "coverage")}
+    return {"val_ce": sums["ce"] / max(1.0, sums["coverage"]), **out}
+
+
+def _overlap(student_logp: torch.Tensor, targets: Targets) -> torch.Tensor:
+    """(n,) Σ min(p_T, p_S) over the teacher's (valid) top-k tokens."""
+    t_ids, t_logp, _ = targets
+    return torch.minimum(t_logp.exp(), student_logp.gather(-1, t_ids).exp()).sum(-1)
 
 
 # ---------------------------------------------------------------- loop
@@ -345,8 +465,11 @@ def distil_train(
         raise ValueError("no training sequences")
     torch.manual_seed(derive(spec.seed, "train"))
     ckpt = Path(checkpoint) if checkpoint else None
-    if spec.freeze_embeddings:  # the (projected) input and output embeddings stay as built
-        for emb in (student.get_input_embeddings(), student.get_output_embeddings()):
+    if spec.freeze_embeddings:  # the input (and output) embeddings stay as built
+        frozen = [student.get_input_embeddings()]
+        if not spec.train_head:
+            frozen.append(student.get_output_embeddings())
+        for emb in frozen:
             emb.weight.requires_grad_(False)
     opt = adamw(student, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
     tag = config_hash([asdict(spec), fingerprint])
@@ -361,8 +484,7 @@ def distil_train(
             group["lr"] = lr_at(step, spec)
         chunk = [train[i] for i in batch_indices(len(train), spec, step)]
         batch = make_batch(chunk, pad_id).to(student.device)
-        use_kd = targets is not None and spec.beta > 0
-        tgt = batch_targets(targets, chunk, student.device) if use_kd else None
+        tgt = batch_targets(targets, chunk, student.device) if targets is not None else None
         loss, ce, kd = distil_loss(student, batch, tgt, spec)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -392,14 +514,16 @@ def cached_teacher_targets(
     spec: DistilSpec,
     *,
     batch_size: int,
-    cache: Path | None,
+    cache_dir: Path | None,
     pad_id: int = 0,
 ) -> tuple[dict[str, Targets], float, float]:
-    """`teacher_targets` of `seqs`, read from `cache` when it was written for the same
-    sequences and settings (a resumed run skips the teacher pass); (targets, argmax
-    agreement, seconds spent here)."""
+    """`teacher_targets` of `seqs`, read from `cache_dir` when a file was written there for
+    the same sequences, settings and teacher (named by their hash: drafts of one teacher
+    with the same data settings share one teacher pass, and a resumed run skips it);
+    (targets, argmax agreement, seconds spent here)."""
     t0 = time.perf_counter()
     tag = config_hash([[s.ids for s in seqs], spec.top_k, spec.tau, teacher.config.to_dict()])
+    cache = cache_dir / f"{tag}.pt" if cache_dir else None
     if cache and cache.exists():
         state = torch.load(cache, weights_only=False)
         if state["tag"] == tag:
@@ -409,6 +533,7 @@ def cached_teacher_targets(
         teacher, seqs, top_k=spec.top_k, tau=spec.tau, batch_size=batch_size, pad_id=pad_id
     )
     if cache:
+        cache.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(cache) as tmp:
             torch.save({"tag": tag, "targets": targets, "agreement": agreement}, tmp)
     return targets, agreement, time.perf_counter() - t0
@@ -420,34 +545,45 @@ def distil_model(
     decl: Mapping[str, Any],
     seed: int,
     checkpoint: str | Path | None = None,
+    corpus: list[Sequence] | None = None,
 ) -> tuple[torch.nn.Module, list[dict[str, float]], dict[str, Any]]:
     """Build, distil and return a student for `decl` (a `models.<name>.distil` block) from
-    the teacher's response records; also its curve and a summary (sizes, data, speed)."""
+    the teacher's response records (and the extra `corpus` sequences, trained on only); also
+    its curve and a summary (sizes, data, vocabulary, speed)."""
     from kvspec.models.build import count_parameters
 
     data, spec = decl["data"], DistilSpec.from_config(decl["train"], seed)
     seqs = distil_sequences(records, max_len=data["max_len"], prompt_loss=data["prompt_loss"])
     train, val = split_sequences(seqs, data["val_fraction"], seed)
-    log.info("%d training / %d validation sequences", len(train), len(val))
+    corpus = without_prompts(corpus or [], val)
+    train = train + corpus
+    log.info("%d training (%d corpus) / %d validation sequences", len(train), len(corpus),
+             len(val))  # fmt: skip
     pad_id = int(teacher.config.pad_token_id or 0)
     ckpt = Path(checkpoint) if checkpoint else None
     targets, agreement, teacher_seconds = (None, float("nan"), 0.0)
-    if spec.beta > 0:
-        cache = ckpt.with_name(ckpt.name + ".teacher") if ckpt else None
+    if spec.beta > 0 or corpus:  # the corpus's labels are the teacher's argmax
+        cache_dir = ckpt.parent / "teacher" if ckpt else None  # shared by the drafts
         targets, agreement, teacher_seconds = cached_teacher_targets(
-            teacher, train + val, spec, batch_size=data["teacher_batch"], cache=cache,
+            teacher, train + val, spec, batch_size=data["teacher_batch"], cache_dir=cache_dir,
             pad_id=pad_id,
         )  # fmt: skip
         log.info("teacher targets: %.1f s, argmax = next token at %.4f", teacher_seconds, agreement)
-    student = build_student(decl["arch"], teacher, seed, decl["init"]).to(teacher.device)
-    fingerprint = config_hash([decl["arch"], decl["init"], data, [s.ids for s in train]])
+    student = build_student(decl["arch"], teacher, seed, decl["init"], decl.get("layers"))
+    vocab = draft_vocabulary(teacher, train, targets, decl.get("vocab"))
+    if vocab is not None:
+        attach_reduced_head(student, vocab)
+    student = student.to(teacher.device)
+    fingerprint = config_hash([decl["arch"], decl["init"], decl.get("layers"), vocab, data,
+                               [s.ids for s in train]])  # fmt: skip
     t0 = time.perf_counter()
     curve = distil_train(student, train, val, spec, targets, ckpt, fingerprint, pad_id)
     last = curve[-1]
     stats = {
         "teacher_parameters": count_parameters(teacher),
         "parameters": count_parameters(student),
-        "sequences": {"train": len(train), "val": len(val)},
+        "vocabulary": len(vocab) if vocab is not None else teacher.config.vocab_size,
+        "sequences": {"train": len(train), "corpus": len(corpus), "val": len(val)},
         "train_targets": sum(s.n_targets for s in train),
         "steps": spec.steps,
         "tokens_seen": last["tokens"],
@@ -457,3 +593,30 @@ def distil_model(
         "train_seconds_this_run": time.perf_counter() - t0,
     }
     return student.eval(), curve, stats
+
+
+def without_prompts(corpus: list[Sequence], held: list[Sequence]) -> list[Sequence]:
+    """The corpus sequences whose prompt (ids up to the first learned position) is none of
+    `held`'s: validation responses are scored on prompts the draft never saw."""
+    prompts = {s.ids[: s.start + 1] for s in held}
+    return [c for c in corpus if c.ids[: c.start + 1] not in prompts]
+
+
+def draft_vocabulary(
+    teacher: torch.nn.Module,
+    train: list[Sequence],
+    targets: Mapping[str, Targets] | None,
+    size: int | None,
+) -> list[int] | None:
+    """The `size` tokens the teacher itself outputs most often on the training sequences
+    (its argmax where its targets are cached, else its greedy responses' tokens), its stop
+    tokens always included; None for the full vocabulary."""
+    if size is None or size >= teacher.config.vocab_size:
+        return None
+    if targets is not None:
+        docs = [targets[s.id][0][:, 0].tolist() for s in train]
+    else:
+        docs = [list(s.ids[s.start + 1 :]) for s in train]
+    eos = teacher.generation_config.eos_token_id
+    stops = eos if isinstance(eos, list | tuple) else [eos] if eos is not None else []
+    return frequent_tokens(docs, size, teacher.config.vocab_size, stops)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import kvspec.models.modeling_mla  # noqa: F401  (registers the MLA classes with the Auto API)
 
@@ -53,6 +54,8 @@ def load_weights(
     spread model computes what the one-device model computes."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if reduced_size(model_dir):
+        return _load_reduced(model_dir, dtype).to(device).eval()
     spread = max_memory or _gpu_budgets(model_dir, dtype, device)
     if spread:
         model = AutoModelForCausalLM.from_pretrained(
@@ -62,6 +65,35 @@ def load_weights(
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
     return model.eval()
+
+
+def reduced_size(model_dir: str | os.PathLike[str]) -> int | None:
+    """N when the saved model reads out over a reduced draft vocabulary of N tokens."""
+    from kvspec.models.draft_vocab import CONFIG_KEY
+
+    config = Path(model_dir) / "config.json"
+    return json.loads(config.read_text()).get(CONFIG_KEY) if config.exists() else None
+
+
+def _load_reduced(model_dir: str | os.PathLike[str], dtype: str) -> Any:
+    """A draft with a reduced output layer (`kvspec.models.draft_vocab`): built from its
+    config, the head swapped for a `ReducedHead` of the saved size, every weight loaded
+    strictly. A draft is small: one device, no spreading."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from kvspec.models.draft_vocab import attach_reduced_head
+
+    config = AutoConfig.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_config(config, dtype=DTYPES[dtype])
+    attach_reduced_head(model, range(reduced_size(model_dir)))  # ids and weights: loaded below
+    state: dict[str, torch.Tensor] = {}
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        state.update(load_file(str(path)))
+    model.load_state_dict(state, strict=True)
+    if (Path(model_dir) / "generation_config.json").exists():
+        model.generation_config = GenerationConfig.from_pretrained(model_dir)
+    return model
 
 
 def _gpu_budgets(model_dir: str | os.PathLike[str], dtype: str, device: str) -> dict[int, int]:

@@ -109,9 +109,12 @@ def distil_stage(
     checkpoint: str | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    corpus: dict[str, str] | None = None,
 ) -> None:
-    """Distil a draft from the `teacher` directory on its responses (`decl`: the model's
-    config distil block); save it with the teacher's tokenizer, its curve and stats."""
+    """Distil a draft from the `teacher` directory on its responses and on the `corpus`
+    datasets (name -> normalized JSONL; `decl`: the model's config distil block, its
+    `data.corpus_limit` records drawn); save it with the teacher's tokenizer, its curve and
+    stats."""
     from pathlib import Path
 
     import pandas as pd
@@ -124,11 +127,36 @@ def distil_stage(
 
     use_threads(threads)
     model, tokenizer = load_model(teacher, dtype=dtype, device=device)
-    student, curve, stats = distil_model(model, read_jsonl(responses), decl, seed, checkpoint)
+    records = read_jsonl(responses)
+    extra = _corpus(corpus or {}, records, tokenizer, model, decl["data"], seed)
+    student, curve, stats = distil_model(model, records, decl, seed, checkpoint, extra)
     with atomic_path(out_model) as tmp:
         student.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     write_text(out_curve, pd.DataFrame(curve).to_csv(index=False))
     write_json(out_stats, {**stats, "provenance": provenance(decl, teacher=teacher)})
-    for path in (checkpoint, f"{checkpoint}.teacher") if checkpoint else ():
-        Path(path).unlink(missing_ok=True)
+    if checkpoint:  # the teacher's targets stay beside it for the other drafts
+        Path(checkpoint).unlink(missing_ok=True)
+
+
+def _corpus(
+    files: dict[str, str],
+    records: list[dict[str, Any]],
+    tokenizer: Any,
+    model: Any,
+    data: dict[str, Any],
+    seed: int,
+) -> list[Any]:
+    """The distillation corpus's sequences (none without files or at corpus_limit 0)."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.models.distil_corpus import corpus_sequences, heldout_prompts
+
+    if not files or not data.get("corpus_limit"):
+        return []
+    eos = model.generation_config.eos_token_id
+    stops = eos if isinstance(eos, list | tuple) else [eos]
+    datasets = {name: read_jsonl(path) for name, path in files.items()}
+    return corpus_sequences(
+        datasets, tokenizer, stops, exclude=heldout_prompts(records), max_len=data["max_len"],
+        limit=data["corpus_limit"], seed=seed,
+    )  # fmt: skip

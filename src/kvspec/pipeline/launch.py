@@ -80,13 +80,13 @@ class PipelineRun:
 
 def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     """This rank's part of `run` in an initialised process group; rank 0 returns the result."""
-    from transformers import AutoModelForCausalLM
+    from kvspec.models.load import load_weights
 
     torch.set_num_threads(run.threads)
     dtype = getattr(torch, run.dtype)
     trace, link = None, None
     if rank < run.n_stages:
-        model = AutoModelForCausalLM.from_pretrained(run.target, dtype=dtype).eval()
+        model = load_weights(run.target, dtype=run.dtype)
         layers = split_layers(model.config.num_hidden_layers, run.n_stages)[rank]
         stage = Stage(model, layers, head=rank == 0)
         del model  # keep only this stage's weights
@@ -101,7 +101,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     else:
         from kvspec.decoding.draft_model import DraftModelDrafter
 
-        draft = AutoModelForCausalLM.from_pretrained(run.draft, dtype=dtype).eval()
+        draft = load_weights(run.draft, dtype=run.dtype)  # a reduced readout rebuilt
         spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
     peaks: list[Any] = [None] * run.world_size
     dist.all_gather_object(peaks, _peak_rss_mb())

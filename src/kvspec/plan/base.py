@@ -33,12 +33,16 @@ class BasePlan:
         return self.config["models"][model]["distil"]["teacher"]
 
     def distil_inputs(self, wildcards: Any) -> dict[str, str]:
-        """The teacher model and its greedy responses (held-out prompts included; the
-        distillation keeps only the index prompts)."""
-        teacher = self.teacher(wildcards.model)
+        """The teacher model, its greedy responses (held-out prompts included; the
+        distillation keeps only the index prompts and drops them from its corpus) and the
+        corpus datasets (`corpus_<name>`)."""
+        decl = self.config["models"][wildcards.model]["distil"]
+        teacher = decl["teacher"]
+        corpus = decl["data"]["corpus"] if decl["data"]["corpus_limit"] else []
         return {
             "teacher": paths.MODEL.format(model=teacher),
             "responses": paths.RESPONSES.format(model=teacher),
+            **{f"corpus_{n}": paths.DATA.format(dataset=n) for n in corpus},
         }
 
     def hub_id(self, wildcards: Any) -> str:

@@ -25,8 +25,11 @@ def quality_frame(item: dict[str, Any]) -> pd.DataFrame:
                 "set": item["labels"].get(name, name),
                 "draft_params_M": round(q["parameters"]["draft"] / 1e6, 2),
                 "target_params_M": round(q["parameters"]["target"] / 1e6, 2),
+                "draft_vocab": stats.get("vocabulary"),
                 "distil_seconds": _round(stats.get("train_seconds_this_run"), 1),
+                "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
                 "val_match": _round(stats.get("final", {}).get("val_match"), 3),
+                "val_alpha": _round(stats.get("final", {}).get("val_alpha"), 3),
                 "accept_len": round(acc["accept_len"], 3),
                 "acceptance_%": round(100 * acc["acceptance"], 1),
                 "cost_ratio_q1": round(costs["1"]["ratio"], 3),
@@ -51,7 +54,11 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, st
         f"{first['cache_len']}-token cache (medians, interleaved, same process).",
         "predicted_speedup = accept_len·t_T(1) / (k·t_D(1) + t_T(k+1)).",
         "val_match = share of held-out training-sequence tokens where the draft's argmax is "
-        "the teacher's greedy token; distil_seconds = wall time of the distillation loop.",
+        "the teacher's greedy token; val_alpha = Σ min(p_T, q) over the teacher's top-k "
+        "tokens there (a lower bound of speculative sampling's α at T = 1); draft_vocab = "
+        "tokens the draft's readout covers; distil_seconds / teacher_seconds = wall time of "
+        "the distillation loop / of this job's teacher pass (a read when another draft's "
+        "pass is reused).",
         "Measured in this run; the documents give no numbers for these drafts.",
     ]
     write_table(df, out["csv"], out["md"], "Draft models: acceptance and cost", notes)

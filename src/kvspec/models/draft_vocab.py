@@ -1,0 +1,100 @@
+"""A draft's reduced vocabulary: its readout covers only the N most frequent tokens of its
+target's outputs (FR-Spec; EAGLE-3 keeps 32k of 128k), so a drafted position costs an
+N-row output layer instead of the full one.
+
+The head still answers in the target's vocabulary: `ReducedHead.forward` returns full-width
+logits whose entries outside the subset are the dtype's lowest value, so a drafter's argmax
+never leaves the subset and its sampling law q is exactly zero outside it (softmax underflows
+to 0). Verification runs on the target over the full vocabulary, so greedy speculative
+decoding stays exact and the standard verifier keeps the target's law (q = 0 where the
+target may still put mass only lowers acceptance). Training reads the N logits directly
+(`ReducedHead.reduced`). A saved model records N in its config (`draft_vocab_size`) and the
+subset in the head's `ids` buffer; `kvspec.models.load` rebuilds the head from both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+CONFIG_KEY = "draft_vocab_size"
+
+
+def frequent_tokens(
+    documents: Iterable[Sequence[int]], size: int, vocab_size: int, always: Sequence[int] = ()
+) -> list[int]:
+    """The `size` most frequent token ids of `documents` (ties: lower id first), `always`
+    (the stop tokens) included whatever their count; filled, when fewer distinct tokens
+    occur, with the lowest unused ids (a byte-level BPE numbers its earliest, most frequent
+    merges first). Sorted by id."""
+    if not 1 <= size <= vocab_size:
+        raise ValueError(f"a draft vocabulary of {size} tokens does not fit in {vocab_size}")
+    must = sorted({int(t) for t in always})
+    if len(must) > size:
+        raise ValueError(f"{len(must)} stop tokens do not fit in a vocabulary of {size}")
+    counts: Counter[int] = Counter()
+    for doc in documents:
+        counts.update(int(t) for t in doc)
+    chosen = set(must)
+    for token, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(chosen) == size:
+            break
+        chosen.add(token)
+    fill = (t for t in range(vocab_size) if t not in chosen)
+    while len(chosen) < size:
+        chosen.add(next(fill))
+    return sorted(chosen)
+
+
+class ReducedHead(nn.Module):
+    """An output layer over `ids` (N of the `vocab_size` tokens) answering in full width."""
+
+    def __init__(self, ids: Sequence[int] | torch.Tensor, hidden: int, vocab_size: int) -> None:
+        super().__init__()
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        if ids.ndim != 1 or len(ids) == 0 or int(ids.max()) >= vocab_size or int(ids.min()) < 0:
+            raise ValueError(f"draft vocabulary ids must be a subset of 0..{vocab_size - 1}")
+        self.vocab_size = vocab_size
+        self.weight = nn.Parameter(torch.zeros(len(ids), hidden))
+        self.register_buffer("ids", ids)
+
+    def reduced(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., N) logits over the subset."""
+        return nn.functional.linear(hidden, self.weight)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., vocab_size) logits: the subset's, the dtype's lowest value elsewhere."""
+        small = self.reduced(hidden)
+        full = small.new_full((*small.shape[:-1], self.vocab_size), torch.finfo(small.dtype).min)
+        return full.index_copy_(-1, self.ids, small)
+
+    def to_draft(self) -> torch.Tensor:
+        """(vocab_size,) each token's index in the subset, -1 outside it."""
+        index = torch.full((self.vocab_size,), -1, dtype=torch.long, device=self.ids.device)
+        return index.index_copy_(0, self.ids, torch.arange(len(self.ids), device=self.ids.device))
+
+
+def attach_reduced_head(model: nn.Module, ids: Sequence[int] | torch.Tensor) -> ReducedHead:
+    """Replace `model`'s output layer by a `ReducedHead` over `ids`, initialised with the
+    old layer's rows for those tokens; untie it from the input embedding; record N in the
+    config. Returns the head."""
+    old = model.get_output_embeddings()
+    vocab_size, hidden = old.weight.shape
+    head = ReducedHead(ids, hidden, vocab_size).to(old.weight.device, old.weight.dtype)
+    with torch.no_grad():
+        head.weight.copy_(old.weight[head.ids])
+    model.config.tie_word_embeddings = False
+    if hasattr(model.config, "get_text_config"):
+        model.config.get_text_config().tie_word_embeddings = False
+    model.set_output_embeddings(head)
+    setattr(model.config, CONFIG_KEY, len(head.ids))
+    return head
+
+
+def reduced_head(model: nn.Module) -> ReducedHead | None:
+    """`model`'s output layer if it is a reduced one."""
+    head = model.get_output_embeddings()
+    return head if isinstance(head, ReducedHead) else None
