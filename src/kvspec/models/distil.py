@@ -617,6 +617,7 @@ def draft_vocabulary(
         docs = [targets[s.id][0][:, 0].tolist() for s in train]
     else:
         docs = [list(s.ids[s.start + 1 :]) for s in train]
-    eos = teacher.generation_config.eos_token_id
-    stops = eos if isinstance(eos, list | tuple) else [eos] if eos is not None else []
+    from kvspec.decoding.loop import stop_set
+
+    stops = sorted(stop_set(teacher.generation_config.eos_token_id))
     return frequent_tokens(docs, size, teacher.config.vocab_size, stops)

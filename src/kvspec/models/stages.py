@@ -149,12 +149,12 @@ def _corpus(
 ) -> list[Any]:
     """The distillation corpus's sequences (none without files or at corpus_limit 0)."""
     from kvspec.data.records import read_jsonl
+    from kvspec.decoding.loop import stop_set
     from kvspec.models.distil_corpus import corpus_sequences, heldout_prompts
 
     if not files or not data.get("corpus_limit"):
         return []
-    eos = model.generation_config.eos_token_id
-    stops = eos if isinstance(eos, list | tuple) else [eos]
+    stops = sorted(stop_set(model.generation_config.eos_token_id))
     datasets = {name: read_jsonl(path) for name, path in files.items()}
     return corpus_sequences(
         datasets, tokenizer, stops, exclude=heldout_prompts(records), max_len=data["max_len"],
