@@ -94,3 +94,14 @@ def test_draft_model_methods_stay_exact_with_a_reduced_draft(draft) -> None:
             run = method(prompt)
             assert run.tokens == greedy_generate(target, prompt, 16), name
             assert run.drafted > 0
+
+
+def test_a_ranking_cut_at_n_is_the_n_most_frequent_tokens() -> None:
+    from kvspec.models.draft_vocab import frequency_order, top_tokens
+
+    docs = [[5, 5, 5, 2, 2, 9], [9, 9, 9, 7, 2]]
+    order = frequency_order(docs, 12)
+    assert order[:4] == [9, 2, 5, 7] and sorted(order) == list(range(12))
+    for size in range(1, 13):
+        assert top_tokens(order, size, 12) == frequent_tokens(docs, size, 12)
+        assert top_tokens(order, max(size, 1), 12, [11]) == frequent_tokens(docs, size, 12, [11])

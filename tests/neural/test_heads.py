@@ -75,3 +75,122 @@ def test_tree_methods_are_summarised_beside_greedy(target) -> None:
     summary = summarize(records, unstable_spread=0.1)
     assert list(summary["method"]) == ["greedy", "eagle/chain", "eagle/tree"]
     assert (summary["exact_vs_greedy"] == 1.0).all()
+
+
+SUBSET = list(range(0, 64, 3))  # a third of the tiny vocabulary
+
+
+def _with_readout(target, decl):
+    from kvspec.models.draft_vocab import frozen_readout
+
+    head = build_head(target, decl).eval()
+    head.readout = frozen_readout(target, SUBSET)
+    return head
+
+
+def test_heads_drafting_over_a_reduced_vocabulary_stay_greedy_decoding(target) -> None:
+    torch.manual_seed(5)
+    heads = {n: (_with_readout(target, d), d) for n, d in DRAFTERS.items()}
+    setup = Setup(target, [], 12, DecodeSettings.defaults(k=4, draft_k=4))
+    methods = neural_methods(setup, heads, 3, {"depth": 3, "topk": 2, "total": 5})
+    for name, method in methods.items():
+        for prompt in ([3, 17, 5, 9, 21], [5, 5, 5, 5]):
+            assert method(prompt).tokens == greedy_generate(target, prompt, 12), name
+
+
+@pytest.mark.parametrize("name", sorted(DRAFTERS))
+def test_a_reduced_head_drafts_only_its_tokens(target, name) -> None:
+    from kvspec.decoding.loop import speculative_generate
+    from kvspec.decoding.tree import tree_generate
+    from kvspec.neural.heads import make_drafter
+
+    torch.manual_seed(6)
+    head = _with_readout(target, DRAFTERS[name])
+    for tree in (None, {"depth": 3, "topk": 2, "total": 5}):
+        drafter = make_drafter(DRAFTERS[name]["kind"], head, target, tree)
+        method = "propose_tree" if tree else "propose"
+        drafted = _record_drafts(drafter, method)
+        if tree:
+            tree_generate(target, [3, 17, 5, 9], drafter, 10, [])
+        else:
+            speculative_generate(target, [3, 17, 5, 9], drafter, 10, 3)
+        assert drafted and set(drafted) <= set(SUBSET), (name, tree)
+
+
+def _record_drafts(drafter, method: str) -> list[int]:
+    """Wrap `drafter`'s `method` so every token it drafts lands in the returned list."""
+    drafted: list[int] = []
+    propose = getattr(drafter, method)
+
+    def spy(context, k):
+        out = propose(context, k)
+        drafted.extend(out.tokens)
+        return out
+
+    setattr(drafter, method, spy)
+    return drafted
+
+
+def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(tmp_path) -> None:
+    import json
+
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from kvspec.models.load import load_model
+    from kvspec.neural.heads import head_stats, head_train_stage
+
+    model = tiny_llama(1, layers=2).float()
+    model.generation_config.eos_token_id = 63
+    model.save_pretrained(tmp_path / "target")
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0}, "a")))
+    tok.save_pretrained(tmp_path / "target")
+    records = [{"id": f"p{i}", "split": "index", "prompt_ids": [1, 2, 3],
+                "response_ids": [7, 7, 7, 9, 9, 11 + i % 2]} for i in range(8)]  # fmt: skip
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    inputs = {"target": str(tmp_path / "target"), "responses": str(tmp_path / "r.jsonl")}
+    out = tmp_path / "head.pt"
+    head_train_stage(
+        inputs, str(out), drafter={"kind": "eagle"},
+        train={"steps": 1, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
+               "ckpt_every": 1},
+        data={"max_len": 16, "val_fraction": 0.25, "state_cache": str(tmp_path / "states"),
+              "state_depth": 1, "state_dtype": "float32", "vocab": 4},
+        loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
+        device="cpu", dtype="float32", seed=0, threads=1,
+    )  # fmt: skip
+    saved = torch.load(out, weights_only=False)
+    # the three most frequent response tokens of the training split (7, 9 and 11 or 12
+    # by its draw) and the stop token
+    assert len(saved["readout"]) == 4 and {7, 9, 63} <= set(saved["readout"])
+    assert head_stats(out)["draft_vocab"] == 4
+    target, _ = load_model(inputs["target"], dtype="float32", device="cpu")
+    head, _ = load_head(out, target)
+    assert head.readout.ids.tolist() == saved["readout"]
+    torch.testing.assert_close(head.readout.weight, target.lm_head.weight[head.readout.ids])
+    assert not any(p.requires_grad for p in head.readout.parameters())
+    # the ranking saved beside it cuts any other vocabulary (a sweep) or none
+    two, _ = load_head(out, target, vocab=2)
+    assert two.readout.ids.tolist() == [7, 63]
+    full, _ = load_head(out, target, vocab=None)
+    assert getattr(full, "readout", None) is None
+
+
+def test_a_vocabulary_sweep_names_its_methods_and_stays_greedy(target, tmp_path) -> None:
+    from kvspec.neural.heads import vocab_sweep_methods
+
+    torch.manual_seed(7)
+    head = build_head(target, DRAFTERS["eagle"])
+    order = torch.arange(63, -1, -1, dtype=torch.int32)  # a ranking: high ids first
+    path = tmp_path / "eagle.pt"
+    torch.save({"drafter": DRAFTERS["eagle"], "state": head.state_dict(), "readout": None,
+                "order": order}, path)  # fmt: skip
+    setup = Setup(target, [], 10, DecodeSettings.defaults(k=4, draft_k=4))
+    tree = {"depth": 3, "topk": 2, "total": 5}
+    methods = vocab_sweep_methods(setup, str(path), "eagle", [8, None], 3, tree)
+    assert sorted(methods) == ["eagle/tree/vocab8", "eagle/tree/vocabfull"]
+    for method in methods.values():
+        assert method([3, 17, 5, 9]).tokens == greedy_generate(target, [3, 17, 5, 9], 10)
+    with pytest.raises(ValueError, match="no token ranking"):
+        torch.save({"drafter": DRAFTERS["eagle"], "state": head.state_dict()}, path)
+        load_head(path, target, vocab=8)

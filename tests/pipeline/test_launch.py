@@ -45,6 +45,18 @@ def test_pipeline_equals_single_process_greedy(models, tmp_path, strategy, n_sta
         assert result["drafted"] > 0 and result["pipeline_runs"] <= NEW
 
 
+@pytest.mark.parametrize("switch", [{"cancellation": False}, {"continuous": False, "batch": 5}])
+def test_pipeinfer_ablations_equal_single_process_greedy(models, tmp_path, switch) -> None:
+    """Figure 8's engine switches, through the launcher the pipeline rule uses."""
+    options = {"cutoff": 0.0, "recovery": 0.0, **switch}
+    run = PipelineRun(models["target"], "pipeinfer", 3, PROMPT, NEW, draft=models["draft"],
+                      dtype="float64", pipeinfer=options)  # fmt: skip
+    result = _launch(tmp_path, run)
+    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
+    if "cancellation" in switch:  # invalid runs travel the whole pipeline, none cancelled
+        assert result["cancelled"] == 0
+
+
 @pytest.mark.parametrize("strategy", ["iterative", "pipeinfer"])
 def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path, strategy) -> None:
     run = PipelineRun(models["target"], strategy, 3, PROMPT, NEW, dtype="float64",

@@ -58,6 +58,44 @@ def test_a_poor_drafter_is_cancelled_and_output_still_greedy(depth, micro_batch)
         assert trace.cancelled > 0
 
 
+@pytest.mark.parametrize("depth", [2, 4])
+def test_without_early_cancellation_invalid_runs_are_evaluated_and_dropped(depth) -> None:
+    trace = _generate(tiny_llama(7, 1), depth, cutoff=0.0, recovery=0.0, micro_batch=2,
+                      cancellation=False)  # fmt: skip
+    assert trace.tokens == greedy_generate(tiny_llama(0, 3), PROMPT, NEW)
+    assert trace.cancelled == 0 and trace.drafted > trace.accepted
+
+
+@pytest.mark.parametrize("continuous", [True, False])
+def test_without_continuous_speculation_one_run_of_batch_tokens_is_in_flight(continuous) -> None:
+    stage = Stage(tiny_llama(0, 3), range(3), head=True)
+    drafter = DraftModelDrafter(tiny_llama(0, 3), report_confidence=True)
+
+    def draft(seq: list[int], k: int) -> tuple[list[int], list[float]]:
+        proposal = drafter.propose(seq, k)
+        return proposal.tokens, proposal.confidence or []
+
+    opts = PipeInferOptions(cutoff=0.0, recovery=0.0, micro_batch=2, batch=6,
+                            continuous=continuous)  # fmt: skip
+    scheduler = Scheduler(HeadPipeline(stage, 1, 4), draft, PROMPT, NEW, (), opts)
+    sizes, in_flight = [], []
+    launch = scheduler._launch
+
+    def spy(assumed, p0, seq, visible):
+        launch(assumed, p0, seq, visible)
+        if seq != CANONICAL:
+            sizes.append(len(assumed) - p0)
+            in_flight.append(sum(r.speculative for r in scheduler._valid()))
+
+    scheduler._launch = spy
+    trace = scheduler.generate()
+    assert trace.tokens == greedy_generate(tiny_llama(0, 3), PROMPT, NEW)
+    if continuous:  # micro-batches of 2, several in flight
+        assert max(sizes) == 2 and max(in_flight) > 1
+    else:
+        assert max(sizes) == 6 and max(in_flight) == 1
+
+
 def test_stops_at_a_stop_token() -> None:
     reference = greedy_generate(tiny_llama(0, 3), PROMPT, NEW)
     stop = reference[5]
@@ -108,5 +146,7 @@ def test_cutoff_recovers_decays_and_resets() -> None:
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="partitions must lie in"):
         PipeInferOptions(partitions=0)
-    with pytest.raises(ValueError, match="micro_batch must be"):
+    with pytest.raises(ValueError, match="micro_batch and batch must be"):
         PipeInferOptions(micro_batch=0)
+    with pytest.raises(ValueError, match="micro_batch and batch must be"):
+        PipeInferOptions(batch=0)

@@ -22,7 +22,7 @@ def _record(alpha: float = 0.7) -> dict:
         kept = {m: out[m] for m in ("tokens_per_s", "ttft_s", "itl_s", "accepted")}
         rows.append({"strategy": strategy, "n_stages": n, "prompt_tokens": 20,
                      "pipeline_runs": out["runs"], "link": vars(LINK) if n > 1 else None,
-                     **kept})  # fmt: skip
+                     "exact": True, **kept})  # fmt: skip
     return {"runs": rows, "settings": SETTINGS, "calibration": vars(CAL),
             "calibration_raw": {"bytes": {"layer": 2**20, "embed": 2**21, "head": 0,
                                           "draft": 2**22}}}  # fmt: skip
@@ -64,3 +64,21 @@ def test_no_link_or_no_speculation_is_an_error() -> None:
         scaling.measured_link([r for r in record["runs"] if r["n_stages"] == 1])
     with pytest.raises(ValueError, match="speculative strategy did not run"):
         scaling.measured_alpha([r for r in record["runs"] if r["strategy"] != "speculative"], 4)
+
+
+def test_measured_ablations_stay_out_of_the_validation_and_get_their_own_rows() -> None:
+    record = _record()
+    spec = next(r for r in record["runs"] if r["strategy"] == "speculative")
+    for variant, speed in (("", 9.0), ("no early cancellation", 7.0)):
+        record["runs"].append({**spec, "strategy": "pipeinfer", "variant": variant,
+                               "tokens_per_s": speed, "exact": True})  # fmt: skip
+    record["settings"] = {**SETTINGS, "n_stages": [2], "ablations": ["no early cancellation"],
+                          "pipeinfer": {**SETTINGS["pipeinfer"], "batch": 8}}  # fmt: skip
+    valid = {(v["strategy"], v["n_stages"]): v for v in scaling.validation(record, seeds=1)}
+    assert valid[("pipeinfer", 2)]["measured_tokens_per_s"] == 9.0  # not the ablation's 7
+    rows = {r["variant"]: r for r in scaling.measured_ablation(record, seeds=1)}
+    assert set(rows) == {"iterative", "speculative", "PipeInfer", "no early cancellation"}
+    assert rows["no early cancellation"]["measured_tokens_per_s"] == 7.0
+    assert rows["PipeInfer"]["simulated_tokens_per_s"] > 0 and rows["PipeInfer"]["all_exact"]
+    record["settings"]["ablations"] = []
+    assert scaling.measured_ablation(record, seeds=1) == []

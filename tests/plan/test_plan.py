@@ -49,7 +49,9 @@ EXPECTED_JOBS = {
 # 10 measured; Tables 1 and 6 transcribed)
 # every scale: + document 002's client-server jobs (remote_run, one per head: 3 at ci, 4 at
 # mini, 5 at paper) and their three report items (Tables 3, 4, 7; issue 16)
-TOTALS = {"ci": 238, "config": 321, "paper": 1476}
+# every scale: + the lecture's PagedAttention example and its report table (issue 34); ci and
+# mini: + the drafting-vocabulary sweep's report table (issue 32; paper: no sweep)
+TOTALS = {"ci": 241, "config": 324, "paper": 1478}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -280,7 +282,9 @@ def test_pipeline_needs_the_spec_blocks_prompt_sets(configs) -> None:
      ({"n_stages": [1]}, "'pipeline.n_stages': the simulator measures the link"),
      ({"draft": "nobody"}, "'pipeline.draft': 'nobody' is not a key of models"),
      ({"simulate": {"ablation": {"link": "carrier_pigeon"}}},
-      "'pipeline.simulate.ablation.link': 'carrier_pigeon' is neither")],
+      "'pipeline.simulate.ablation.link': 'carrier_pigeon' is neither"),
+     ({"simulate": {"constrained_link": "carrier_pigeon"}},
+      "'pipeline.simulate.constrained_link': 'carrier_pigeon' is not a key")],
 )  # fmt: skip
 def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> None:
     from kvspec.config import ConfigError
@@ -306,7 +310,11 @@ def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> N
       r"'moa.alt.train': \['step'\] are not keys of moa.train"),
      ({"chain_sets": ["nowhere"]}, r"'moa.chain_sets': \['nowhere'\] are not sets"),
      ({"data": {"state_depth": 0}},
-      r"'moa.data.state_depth': 0 is below the TLI of \['ours_tli1'\]")],
+      r"'moa.data.state_depth': 0 is below the TLI of \['ours_tli1'\]"),
+     ({"vocab_sweep": {"drafter": "eagle_layers", "sizes": [64]}},
+      "'moa.vocab_sweep.drafter': 'eagle_layers' must be a key of moa.drafters"),
+     ({"vocab_sweep": {"drafter": "eagle", "sizes": [64]}, "ablation": None},
+      "the sweep runs on moa.ablation.set")],
 )  # fmt: skip
 def test_moa_block_errors_name_the_key(configs, schema, edit, message) -> None:
     from kvspec.config import ConfigError
@@ -327,7 +335,9 @@ def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
     capped = moa.sets(SimpleNamespace(model=alt))
     assert {s["n"] for s in capped.values()} == {moa.alt["n"]}
     assert moa.sets(SimpleNamespace(model="target"))["humaneval"]["n"] == 2
+    assert moa.bench_settings(SimpleNamespace(model="target"))["vocab_sweep"]["drafter"]
     settings = moa.bench_settings(SimpleNamespace(model=alt))
+    assert settings["vocab_sweep"] is None  # the sweep decodes the main target only
     assert settings["ablations"] == [] and settings["drafters"] == moa.alt["drafters"]
     main, second = SimpleNamespace(model="target"), SimpleNamespace(model=alt)
     assert moa.train_of(main) == moa.moa["train"]

@@ -55,7 +55,7 @@ def test_lecture_examples_measured_or_stage_off(plans, configs, schema) -> None:
 
     rows = plans["config"].report_item("report_status").params["rows"]
     lecture = [r for r in rows if r["document"] == "lecture"]
-    assert len(lecture) == 6 and {r["status"] for r in lecture} == {status_mod.MEASURED}
+    assert len(lecture) == 7 and {r["status"] for r in lecture} == {status_mod.MEASURED}
     assert all(r["files"].startswith("results/report/lecture_") for r in lecture)
     cfg = copy.deepcopy(configs["config"])
     cfg["lecture"] = None

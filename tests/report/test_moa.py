@@ -96,7 +96,7 @@ def test_renderers_write_csv_and_markdown(render, stem, heads, tmp_path) -> None
 
 def _quality() -> pd.DataFrame:
     rows = []
-    for method in ("greedy", "ours/tree", "ours/chain", "hf_prompt_lookup"):
+    for method in ("greedy", "ours/tree", "ours/chain", "ours/tree/vocab2048", "hf_prompt_lookup"):
         for metric, n, score in (("humaneval", 2, 0.5), ("gsm8k", 4, 0.25), ("cnndm", 1, 0.3)):
             rows.append({"method": method, "metric": metric, "n": n, "score": score, "cut": 1,
                          "same_as_greedy": 1.0})  # fmt: skip
@@ -114,10 +114,32 @@ def test_table_8_puts_greedy_on_the_vanilla_row_and_scales_to_percent(tmp_path) 
     assert table.loc["Ours (TLI=0)", "cnndm_rougeL_f (paper)"] == pytest.approx(0.3070)
     assert "hf_prompt_lookup" in table.index  # ours only
     assert pd.isna(table.loc["Ours (TLI=3)", "gsm8k_acc (ours)"])  # the document's only
-    assert len(table) == len(set(table.index))  # chain rows left out: one row per method
+    assert len(table) == len(set(table.index))  # chain and sweep rows out: one row per method
     summary = tmp_path / "quality.csv"
     _quality().to_csv(summary, index=False)
     out = {"csv": str(tmp_path / "t8.csv"), "md": str(tmp_path / "t8.md")}
     render_table_8(ITEM, {"summary": [str(summary)], "paper": [str(PAPER / "moa_table_8.csv")]},
                    out)  # fmt: skip
     assert "ROUGE-L" in Path(out["md"]).read_text()
+
+
+def test_the_vocabulary_sweep_orders_greedy_then_n_then_the_full_vocabulary(tmp_path) -> None:
+    from kvspec.report.moa import render_vocab_sweep
+
+    rows = _summary()
+    for n, gain in ((2048, 1.1), (None, 0.6)):
+        rows.loc[len(rows)] = {"set": "humaneval", "method": f"ours/tree/vocab{n or 'full'}",
+                               "tok_s": 10 * gain, "accept_len": 2.0, "speedup": gain,
+                               "exact_vs_greedy": 1.0}  # fmt: skip
+    summary, runs = tmp_path / "bench.csv", tmp_path / "bench.json"
+    rows.to_csv(summary, index=False)
+    write_json(runs, {"records": [], "heads": {"ours": {"draft_vocab": 8192}}})
+    item = {**ITEM, "ablation_set": "humaneval",
+            "vocab_sweep": {"drafter": "ours", "sizes": [None, 2048]}}  # fmt: skip
+    out = {"csv": str(tmp_path / "s.csv"), "md": str(tmp_path / "s.md")}
+    render_vocab_sweep(item, {"summary": [str(summary)], "runs": [str(runs)]}, out)
+    table = pd.read_csv(out["csv"], keep_default_na=False)
+    assert list(table["drafting_vocab"].astype(str)) == ["", "2048", "8192", "full"]
+    assert list(table["drafter"]) == ["greedy", *["Ours (TLI=0)"] * 3]
+    assert table["speedup"].tolist() == pytest.approx([1.0, 1.1, 0.75, 0.6])
+    assert "Not in the document" in Path(out["md"]).read_text()

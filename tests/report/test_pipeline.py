@@ -1,12 +1,17 @@
 """PipeInfer runs table: medians per strategy, speed relative to the one-process engine on the
-same prompts, exactness of every run."""
+same prompts, exactness of every run; the simulated figures carry the real runs' points
+(measured medians drawn over the curves of the measured link and acceptance, with the
+simulator's error at each)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from kvspec.io import write_json
-from kvspec.report.pipeline import render_runs, run_table
+from kvspec.report.pipeline import render_runs, render_simulated_curves, run_table
 
 
 def _row(strategy, n, prompt, speed, exact=True, rss=(100.0, 90.0)):
@@ -43,3 +48,82 @@ def test_render_runs_writes_csv_and_markdown(tmp_path) -> None:
     render_runs({"target": "target", "draft": "draft"}, {"result": [str(result)]}, out)
     text = (tmp_path / "t.md").read_text()
     assert "pipeinfer" in text and "humaneval a (30)" in text and "no paper column" in text
+
+
+def _sim() -> dict:
+    curves = [{"link": link, "acceptance": acc, "alpha": alpha, "strategy": s, "nodes": n,
+               "tokens_per_s": 10.0 + n + i}
+              for link in ("loopback (measured)", "infiniband_edr")
+              for acc, alpha in (("ours (measured)", 0.3), ("Dolphin", 0.79))
+              for i, s in enumerate(("iterative", "speculative", "pipeinfer"))
+              for n in (1, 2, 3, 4)]  # fmt: skip
+    validation = [{"strategy": "iterative", "n_stages": 1, "measured_tokens_per_s": 24.0,
+                   "simulated_tokens_per_s": 16.0},  # the one-process engine: left out
+                  {"strategy": "iterative", "n_stages": 2, "measured_tokens_per_s": 13.0,
+                   "simulated_tokens_per_s": 13.0},
+                  {"strategy": "pipeinfer", "n_stages": 3, "measured_tokens_per_s": 10.0,
+                   "simulated_tokens_per_s": 12.0}]  # fmt: skip
+    return {"curves": curves, "validation": validation}
+
+
+def test_measured_points_join_the_simulated_curves_with_their_error(tmp_path) -> None:
+    write_json(tmp_path / "sim.json", _sim())
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    item = {"metric": "tokens_per_s", "axis": "generation speed (tok/s)"}
+    render_simulated_curves(item, {"result": [str(tmp_path / "sim.json")]}, out)
+    table = pd.read_csv(out["csv"])
+    measured = table[table.source == "measured"].set_index(["strategy", "nodes"])
+    assert sorted(measured.index) == [("iterative", 2), ("pipeinfer", 3)]
+    assert (measured.link == "loopback (measured)").all()
+    assert measured.loc[("pipeinfer", 3), "tokens_per_s"] == 10.0
+    assert measured.loc[("pipeinfer", 3), "error"] == pytest.approx(0.2)
+    assert len(table[table.source == "simulated"]) == 48
+    assert Path(out["png"]).stat().st_size > 0 and "measured" in Path(out["md"]).read_text()
+
+
+def test_figure_7_adds_the_constrained_links_ttft_and_speed_panels(tmp_path) -> None:
+    from kvspec.report.pipeline import render_simulated_memory
+
+    sim = _sim()
+    for c in sim["curves"]:
+        c["link"] = "gigabit_ethernet" if c["link"] == "infiniband_edr" else c["link"]
+        c["ttft_s"] = 1.0 / c["tokens_per_s"]
+    sim["memory"] = [{"nodes": n, "head_node_mb": 100 / n, "other_node_mb": 80 / n,
+                      "draft_node_mb": 20.0} for n in (1, 2, 4)]  # fmt: skip
+    sim["measured_memory"] = [{"n_stages": 2, "peak_rss_mb": [300.0, None]}]
+    write_json(tmp_path / "sim.json", sim)
+    out = {k: str(tmp_path / f"f7.{k}") for k in ("png", "pdf", "csv", "md")}
+    inputs = {"result": [str(tmp_path / "sim.json")]}
+    render_simulated_memory({"link": "gigabit_ethernet"}, inputs, out)
+    table = pd.read_csv(out["csv"])
+    slow = table[table.panel == "b, c"]
+    assert set(slow.acceptance) == {"Dolphin"}  # the document's acceptances, not ours
+    assert len(slow) == 12 and slow.ttft_s.notna().all()
+    assert (table.panel == "a").sum() == 3
+    render_simulated_memory({"link": None}, inputs, out)  # panel (a) alone
+    assert set(pd.read_csv(out["csv"]).panel) == {"a"}
+    with pytest.raises(ValueError, match="no curves over link 'fiber'"):
+        render_simulated_memory({"link": "fiber"}, inputs, out)
+
+
+def test_figure_8_draws_the_measured_ablations_beside_the_simulated(tmp_path) -> None:
+    from kvspec.report.pipeline import render_simulated_ablation
+
+    speeds = (("PipeInfer", 6.0), ("no early cancellation", 5.0))
+    measured = [{"n_stages": n, "variant": v, "measured_tokens_per_s": s,
+                 "simulated_tokens_per_s": s * 1.1, "speed_error": 0.1, "all_exact": True}
+                for n in (2, 3) for v, s in speeds]  # fmt: skip
+    sim = {"ablation": [{"acceptance": "pair", "alpha": 0.5, "variant": v, "tokens_per_s": s}
+                        for v, s in (("PipeInfer", 10.0), ("no early cancellation", 8.0))],
+           "settings": {"simulate": {"ablation": {"nodes": 8, "link": "edr", "batch": 16}}},
+           "measured_ablation": measured}  # fmt: skip
+    write_json(tmp_path / "sim.json", sim)
+    out = {k: str(tmp_path / f"f8.{k}") for k in ("png", "pdf", "csv", "md")}
+    render_simulated_ablation({}, {"result": [str(tmp_path / "sim.json")]}, out)
+    table = pd.read_csv(out["csv"])
+    assert (table.source == "measured").sum() == 4 and (table.source == "simulated").sum() == 2
+    assert "run for real" in Path(out["md"]).read_text()
+    del sim["measured_ablation"]  # ablations not run: the simulated panel alone
+    write_json(tmp_path / "sim.json", sim)
+    render_simulated_ablation({}, {"result": [str(tmp_path / "sim.json")]}, out)
+    assert set(pd.read_csv(out["csv"]).source) == {"simulated"}

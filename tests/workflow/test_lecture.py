@@ -55,8 +55,20 @@ def test_scheduling_gives_every_request_the_same_tokens(ci_run: Path) -> None:
     assert s["runs"]["continuous"]["useful_share"] == 1.0
 
 
+def test_paged_example_replays_the_scheduling_batches(ci_run: Path) -> None:
+    p = _read(ci_run, "paged")
+    layouts = {(a["policy"], a["layout"].split(" (")[0]): a for a in p["layouts"]}
+    assert {policy for policy, _ in layouts} == {"static", "continuous"}
+    for policy in ("static", "continuous"):
+        blocks = next(a for (q, name), a in layouts.items() if q == policy and "blocks" in name)
+        padded = layouts[(policy, "padded batch")]
+        assert blocks["used_slots"] == padded["used_slots"] > 0
+        assert 0 <= blocks["wasted_share"] < 1
+    assert p["shared"]["reads_back_exactly"] and p["kv_bytes_per_token"] > 0
+
+
 def test_lecture_tables_rendered(ci_run: Path) -> None:
-    for example in ("roofline", "batching", "kv_cache", "quantization", "speculative"):
+    for example in ("roofline", "batching", "kv_cache", "quantization", "speculative", "paged"):
         table = pd.read_csv(ci_run / "results" / "report" / f"lecture_{example}.csv")
         assert {"quantity", "setting", "ours", "paper"} <= set(table.columns), example
     assert (ci_run / "results/report/lecture_roofline_figure.png").read_bytes()[:4] == b"\x89PNG"

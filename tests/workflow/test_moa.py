@@ -52,12 +52,16 @@ def test_every_drafter_equals_greedy_on_every_set(ci_run: Path, ci_config: dict)
             expected = {"greedy", *moa["baselines"], *(f"{d}/{m}" for d in heads for m in modes)}
             if name == ablation_set:
                 expected |= {f"{d}/chain" for d in moa["ablation"]["drafters"]}
+                sweep = moa["vocab_sweep"]  # one head over other drafting vocabularies
+                expected |= {f"{sweep['drafter']}/tree/vocab{n or 'full'}" for n in sweep["sizes"]}
             assert set(rows["method"]) == expected, name
     runs = json.loads((ci_run / "results/moa/target/bench.json").read_text())
     assert all(r["tokens"] for r in runs["records"])
     report = ci_run / "results/report"
     for n in (1, 2, 5, 6, 8, 9, 10):
         assert (report / f"moa_table_{n}.md").stat().st_size > 0
+    sweep = pd.read_csv(report / "moa_vocab_sweep.csv", keep_default_na=False)
+    assert list(sweep["drafting_vocab"].astype(str)) == ["", "64", "256", "full"]
     assert "Ours (TLI=0)" in (report / "moa_table_2.csv").read_text()
     assert "EAGLE (more layers)" in (report / "moa_table_5.csv").read_text()
 

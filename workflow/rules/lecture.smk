@@ -119,3 +119,22 @@ if PLAN.lecture:
             job=PLAN.params("lecture_scheduling"),
         script:
             script_path("lecture_scheduling.py")
+
+    rule lecture_paged:
+        input:
+            **PLAN.lecture.paged_inputs(),
+        output:
+            P.lecture("paged"),
+        log:
+            P.lecture("paged", "log"),
+        benchmark:
+            P.lecture("paged", "benchmark")
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            **PLAN.resources("lecture_paged"),
+        params:
+            job=PLAN.params("lecture_paged"),
+        script:
+            script_path("lecture_paged.py")

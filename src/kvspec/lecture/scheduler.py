@@ -71,6 +71,9 @@ class Batch:
         self.mask = torch.zeros(0, 0, dtype=torch.long)
         self.steps = 0
         self.row_steps = 0  # rows decoded, counting finished rows still in their slot
+        # per step: the cache's width (positions per row, padding included) and each row's
+        # (request id, real positions): what PagedAttention's example accounts for
+        self.kv_trace: list[tuple[int, list[tuple[int, int]]]] = []
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -117,6 +120,9 @@ class Batch:
                 row.tokens.append(int(token))
         self.steps += 1
         self.row_steps += len(self.rows)
+        lengths = self.mask.sum(1).tolist()
+        rows = [(r.request.rid, int(n)) for r, n in zip(self.rows, lengths, strict=True)]
+        self.kv_trace.append((self.mask.shape[1], rows))
 
     def remove_done(self, clock: float) -> list[Finished]:
         """Drop finished rows from the batch (and padding no row needs any more)."""

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from kvspec.io import read_json, write_json
 from kvspec.models.load import load_model, use_threads
@@ -191,17 +192,19 @@ def scheduling_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[s
     model, tok = load_model(inputs["model"], dtype=dtype, device=device)
     prompts = [ids for _, ids in bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)]
     requests = request_stream(prompts, settings, seed)
-    runs, outputs = {}, {}
+    runs, outputs, traces = {}, {}, {}
     for policy in settings["policies"]:
         start = time.perf_counter()
         finished, batch = sch.run(model, requests, settings["slots"], policy)
         runs[policy] = sch.summary(finished, batch, time.perf_counter() - start)
+        traces[policy] = batch.kv_trace
         outputs[policy] = {f.rid: f.tokens for f in finished}
         log.info("%s: %s", policy, runs[policy])
     first = outputs[settings["policies"][0]]
     same = {p: sum(o[r] == first[r] for r in first) / len(first) for p, o in outputs.items()}
     write_json(out, {"runs": runs, "same_tokens_as_first_policy": same, "settings": dict(settings),
                      "requests": [vars(r) | {"prompt": len(r.prompt)} for r in requests],
+                     "kv_trace": traces,
                      "provenance": provenance(dict(settings), bench=dict(bench))})  # fmt: skip
 
 
@@ -219,3 +222,39 @@ def request_stream(prompts: list[list[int]], settings: Mapping[str, Any], seed: 
             clock += rng.expovariate(settings["rate"])
         requests.append(Request(i, prompts[i % len(prompts)], rng.randint(low, high), clock))
     return requests
+
+
+def paged_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, Any],
+                bench: Mapping[str, Any], seed: int, device: str, dtype: str,
+                threads: int) -> None:  # fmt: skip
+    """PagedAttention's example: the scheduling example's batches replayed under a padded,
+    a contiguous-reservation and a block layout (`inputs['scheduling']`); then `samples`
+    seeded parallel samples of the first prompt sharing its blocks with copy-on-write."""
+    from kvspec.data.records import read_jsonl
+    from kvspec.decoding.generate import stop_ids
+    from kvspec.decoding.prompts import bench_prompts
+    from kvspec.decoding.warp import sample_generate
+    from kvspec.lecture import paged
+    from kvspec.seeds import derive
+
+    use_threads(threads)
+    sched, block = read_json(inputs["scheduling"]), settings["block_size"]
+    most = max(sched["settings"]["new_tokens"])  # what a contiguous reservation holds back
+    reserve = {r["rid"]: r["prompt"] + most for r in sched["requests"]}
+    layouts = [{"policy": policy, **row} for policy, trace in sched["kv_trace"].items()
+               for row in paged.slot_accounting(trace, reserve, block)]  # fmt: skip
+    model, tok = load_model(inputs["model"], dtype=dtype, device=device)
+    prompt = bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)[0][1]
+    samples = [sample_generate(model, prompt, settings["new_tokens"],
+                               temperature=settings["temperature"],
+                               eos_token_id=stop_ids(model, tok),
+                               seed=derive(seed, "paged", "sample", i))[0]
+               for i in tqdm(range(settings["samples"]), desc="samples")]  # fmt: skip
+    shared = paged.shared_samples(prompt, samples, block)
+    dims = model_dims(model.config)
+    per_token = 2 * dims["layers"] * dims["kv_heads"] * dims["head_dim"]
+    per_token *= next(model.parameters()).element_size()
+    log.info("layouts: %s; copy-on-write: %s copies", layouts, shared["copies"])
+    write_json(out, {"layouts": layouts, "shared": shared, "kv_bytes_per_token": per_token,
+                     "sample_lengths": [len(s) for s in samples], "settings": dict(settings),
+                     "provenance": provenance(dict(settings), bench=dict(bench))})  # fmt: skip

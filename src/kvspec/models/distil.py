@@ -37,7 +37,12 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from kvspec.io import atomic_path
-from kvspec.models.draft_vocab import attach_reduced_head, frequent_tokens, reduced_head
+from kvspec.models.draft_vocab import (
+    attach_reduced_head,
+    frequency_order,
+    reduced_head,
+    vocabulary_of,
+)
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
@@ -609,15 +614,19 @@ def draft_vocabulary(
     size: int | None,
 ) -> list[int] | None:
     """The `size` tokens the teacher itself outputs most often on the training sequences
-    (its argmax where its targets are cached, else its greedy responses' tokens), its stop
-    tokens always included; None for the full vocabulary."""
+    (`teacher_order`), its stop tokens always included; None for the full vocabulary."""
     if size is None or size >= teacher.config.vocab_size:
         return None
+    return vocabulary_of(teacher, teacher_order(teacher, train, targets), size)
+
+
+def teacher_order(
+    teacher: torch.nn.Module, train: list[Sequence], targets: Mapping[str, Targets] | None
+) -> list[int]:
+    """Every token, the most frequent first among the teacher's outputs on the training
+    sequences: its argmax where its targets are cached, else its greedy responses' tokens."""
     if targets is not None:
         docs = [targets[s.id][0][:, 0].tolist() for s in train]
     else:
         docs = [list(s.ids[s.start + 1 :]) for s in train]
-    from kvspec.decoding.loop import stop_set
-
-    stops = sorted(stop_set(teacher.generation_config.eos_token_id))
-    return frequent_tokens(docs, size, teacher.config.vocab_size, stops)
+    return frequency_order(docs, teacher.config.vocab_size)

@@ -7,7 +7,8 @@ token that follows it:
 
     f̂_{t+1} = Layer( W [f_t ; e(y_{t+1})] ),     logits_{t+2} = lm_head(f̂_{t+1})
 
-with `e` and `lm_head` the target's own (frozen, shared by reference) and one trainable
+with `e` and `lm_head` the target's own (frozen, shared by reference; drafting reads out
+over the head's reduced vocabulary when it has one, `kvspec.models.draft_vocab`) and one trainable
 decoder layer of the target's architecture with its own KV cache. Drafting continues from
 its own predictions: (f̂_{t+1}, ŷ_{t+2}) is the next input. Training (teacher forcing on the
 target's features) minimises λ0·KL[p_target ‖ p_head] + λ1·SmoothL1(f̂, f), the document's
@@ -37,6 +38,7 @@ from kvspec.decoding.tree import (
     tree_rows,
     tree_shape,
 )
+from kvspec.models.draft_vocab import readout_of
 
 
 class EagleHead(nn.Module):
@@ -114,7 +116,7 @@ class EagleDrafter:
     def __init__(self, head: EagleHead, target: nn.Module) -> None:
         self.head = head.eval()
         self.embed = target.get_input_embeddings()
-        self.lm_head = target.get_output_embeddings()
+        self.lm_head = readout_of(head, target)  # the target's, or its rows of N tokens
         self.features: list[torch.Tensor] = []  # f_t of committed positions, each (H,)
         self.cache: Any = None
         self.fed = 0  # positions whose (f_t, y_{t+1}) pair is in the head's cache

@@ -47,11 +47,28 @@ def build_head(target: nn.Module, drafter: Mapping[str, Any]) -> nn.Module:
     raise ValueError(f"drafter kind must be one of {KINDS}, not {kind!r}")
 
 
-def load_head(path: str | Path, target: nn.Module) -> tuple[nn.Module, dict[str, Any]]:
-    """(the trained head, its declaration) from a file written by `head_train_stage`."""
+SAVED = "saved"  # load_head's default vocabulary: the one the head was saved with
+
+
+def load_head(path: str | Path, target: nn.Module,
+              vocab: int | str | None = SAVED) -> tuple[nn.Module, dict[str, Any]]:  # fmt: skip
+    """(the trained head, its declaration) from a file written by `head_train_stage`,
+    drafting over the vocabulary it was saved with, or over the `vocab` tokens the target
+    output most in its training responses (None: every token)."""
+    from kvspec.models.draft_vocab import frozen_readout, vocabulary_of
+
     saved = torch.load(path, map_location="cpu", weights_only=False)
     head = build_head(target, saved["drafter"])
     head.load_state_dict(saved["state"])
+    if vocab == SAVED:
+        ids = saved.get("readout")
+    elif saved.get("order") is None:
+        raise ValueError(f"{path} holds no token ranking (trained before readouts): "
+                         "retrain it to draft over another vocabulary")  # fmt: skip
+    else:
+        ids = vocabulary_of(target, saved["order"].tolist(), vocab)
+    if ids is not None:  # the N tokens it drafts over
+        head.readout = frozen_readout(target, ids)
     return head.to(next(target.parameters()).device).eval(), saved["drafter"]
 
 
@@ -74,7 +91,8 @@ def head_train_stage(
     threads: int,
     processes: int = 1,
 ) -> None:
-    """Train one head (`inputs`: `target` model, its `responses`) and save it with its curve,
+    """Train one head (`inputs`: `target` model, its `responses`) against the full vocabulary
+    and save it with the `data['vocab']` tokens it drafts over (null: all), its curve,
     sizes (trainable parameters, relative to one target decoder layer) and training cost.
     The target's states come from the cache `data['state_cache']` (shared by every head of
     the target; `data['state_depth']` hidden depths in `data['state_dtype']`). With
@@ -96,7 +114,13 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
                     device: str, dtype: str, seed: int, threads: int) -> None:  # fmt: skip
     """One process's training (all of it, or its data-parallel share); the first writes."""
     from kvspec.data.records import read_jsonl
-    from kvspec.models.distil import DistilSpec, distil_sequences, split_sequences
+    from kvspec.models.distil import (
+        DistilSpec,
+        distil_sequences,
+        split_sequences,
+        teacher_order,
+    )
+    from kvspec.models.draft_vocab import vocabulary_of
     from kvspec.models.load import load_model, use_threads
     from kvspec.models.parallel import rank_and_world
     from kvspec.neural.head_train import (
@@ -126,7 +150,10 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
                        DistilSpec.from_config(train, seed), weights, cache.get,
                        f"{out}.ckpt")  # fmt: skip
     trainable, layer = trainable_parameters(head), decoder_layer_parameters(target)
+    order = teacher_order(target, train_seqs, None)  # by count in the training responses
+    readout = vocabulary_of(target, order, data.get("vocab"))
     stats = {
+        "draft_vocab": len(readout) if readout else target.config.vocab_size,
         "trainable_parameters": trainable,
         "target_decoder_layer_parameters": layer,
         "trainable_per_decoder_layer": trainable / layer,
@@ -146,9 +173,9 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     if rank > 0:  # the first process writes
         return
     with atomic_path(out) as tmp:
-        torch.save({"drafter": dict(drafter), "state": head.state_dict(), "curve": curve,
-                    "stats": stats, "provenance": provenance({"drafter": dict(drafter)})},
-                   tmp)  # fmt: skip
+        torch.save({"drafter": dict(drafter), "state": head.state_dict(), "readout": readout,
+                    "order": torch.tensor(order, dtype=torch.int32), "curve": curve, "stats": stats,
+                    "provenance": provenance({"drafter": dict(drafter)})}, tmp)  # fmt: skip
     Path(f"{out}.ckpt").unlink(missing_ok=True)
 
 
@@ -168,6 +195,25 @@ def neural_methods(setup: Any, heads: Mapping[str, tuple[nn.Module, Mapping[str,
         methods[f"{name}/chain"] = _method(setup, head, decl["kind"], chain_k, None)
         if tree:
             methods[f"{name}/tree"] = _method(setup, head, decl["kind"], chain_k, tree)
+    return methods
+
+
+def vocab_sweep_methods(
+    setup: Any,
+    path: str,
+    name: str,
+    sizes: Sequence[int | None],
+    chain_k: int,
+    tree: Mapping[str, int] | None,
+) -> dict[str, Any]:
+    """`<name>/<mode>/vocab<N>` methods: head `name` (saved at `path`) drafting over the N
+    tokens the target output most in its training responses (`full`: every token); tree
+    drafting when `tree` is set, else chains. Greedy, so checked against greedy decoding."""
+    methods = {}
+    for size in sizes:
+        head, decl = load_head(path, setup.target, vocab=size)
+        method = f"{name}/{'tree' if tree else 'chain'}/vocab{size or 'full'}"
+        methods[method] = _method(setup, head, decl["kind"], chain_k, tree)
     return methods
 
 
@@ -230,6 +276,7 @@ def neural_bench_stage(
     chain_sets: Sequence[str] | None,
     sets: Mapping[str, Mapping[str, Any]],
     baselines: Sequence[str],
+    vocab_sweep: Mapping[str, Any] | None,
     decode: Mapping[str, Any],
     chain_k: int,
     tree: Mapping[str, int] | None,
@@ -244,7 +291,8 @@ def neural_bench_stage(
 ) -> None:
     """Greedy, the `baselines` (speed-benchmark methods) and every head's tree method on every
     prompt set, its chain method on `chain_sets` (None: every set) and `ablation_set`, and the
-    `ablations` heads' chain methods on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
+    `ablations` heads' chain methods and `vocab_sweep`'s methods (`vocab_sweep_methods`: its
+    `drafter` over each of its `sizes`) on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
     `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.bench import run_benchmark
@@ -266,6 +314,10 @@ def neural_bench_stage(
     methods = {**benchmark_methods(setup, ["greedy", *baselines], ["greedy"]),
                **neural_methods(setup, heads, chain_k, tree)}  # fmt: skip
     ablation_methods = neural_methods(setup, extra, chain_k, None)
+    if vocab_sweep:  # the sweep joins the ablation set
+        name = vocab_sweep["drafter"]
+        ablation_methods |= vocab_sweep_methods(setup, inputs[f"head_{name}"], name,
+                                                vocab_sweep["sizes"], chain_k, tree)  # fmt: skip
     records, summaries, warm = [], [], set()
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
@@ -283,7 +335,7 @@ def neural_bench_stage(
     meta = {"model": model, "drafters": list(drafters), "ablations": list(ablations),
             "ablation_set": ablation_set, "chain_sets": chain_sets, "chain_k": chain_k,
             "sets": {k: dict(v) for k, v in sets.items()}, "tree": dict(tree or {}),
-            "baselines": list(baselines)}  # fmt: skip
+            "baselines": list(baselines), "vocab_sweep": vocab_sweep}  # fmt: skip
     sizes = {n: head_stats(inputs[f"head_{n}"]) for n in [*drafters, *ablations]}  # the report
     write_json(out_runs, {"records": records, "heads": sizes, "provenance": provenance(meta)})
     write_text(out_summary, pd.concat(summaries, ignore_index=True).to_csv(index=False))

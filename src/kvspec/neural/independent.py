@@ -1,6 +1,7 @@
 """The "Independent" drafter of document 002, whole forward in this file: a few decoder layers
 over the target's own token embeddings, read out through the target's own output head (both
-frozen, shared by reference); it never sees the target's activations. Trained with the soft
+frozen, shared by reference; a loaded head with a reduced vocabulary reads out over its
+rows of those tokens only); it never sees the target's activations. Trained with the soft
 cross-entropy to the target's next-token distribution only (λ1 = 0 in the document's loss).
 
 It answers like a causal LM (`logits`, `past_key_values`), so `DraftModelDrafter` drafts with
@@ -21,6 +22,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from kvspec.decoding.tree import causal_mask
+from kvspec.models.draft_vocab import readout_of
 from kvspec.neural.moa import llama_layer_config, rope_theta
 from kvspec.neural.target_states import TargetStates, compute_states, target_logits
 
@@ -66,7 +68,7 @@ class IndependentHead(nn.Module):
             hidden = layer(hidden, attention_mask=mask, position_ids=positions,
                            past_key_values=past_key_values, use_cache=use_cache,
                            position_embeddings=rope)  # fmt: skip
-        logits = target.get_output_embeddings()(self.norm(hidden))
+        logits = readout_of(self, target)(self.norm(hidden))
         return SimpleNamespace(logits=logits, past_key_values=past_key_values)
 
 

@@ -18,7 +18,7 @@ verified position, the keys and values of every layer (HF's cache: keys after Ro
 - **Target Layer Inference (TLI)**: CA predicts the target's residual stream entering its
   decoder layer L - TLI (TLI = 0: the normed final hidden state); the target's last TLI layers
   (with their cache of the verified positions) and final norm finish it; the output head
-  gives the next token.
+  gives the next token (drafting: its rows of the head's reduced vocabulary, if any).
 
 Training (teacher forcing on the target's own K/V and hidden states, no generation) minimises
 λ0·CE(p_target, p_drafter) + λ1·SmoothL1 on response positions (the reference code's soft
@@ -57,6 +57,7 @@ from kvspec.decoding.tree import (
     tree_rows,
     tree_shape,
 )
+from kvspec.models.draft_vocab import readout_of
 from kvspec.neural.target_states import TargetStates, compute_states, target_logits
 
 STATES = ("lsa", "kv_mean", "o")
@@ -407,7 +408,7 @@ class MoADrafter:
 
     def _next(self, q: torch.Tensor, position: int) -> int:
         pred = self.activation(q, position)
-        return int(torch.argmax(self.target.get_output_embeddings()(pred[0, -1])))
+        return int(torch.argmax(readout_of(self.head, self.target)(pred[0, -1])))
 
     def activation(self, q: torch.Tensor, position: int) -> torch.Tensor:
         """The final activation drafted for the query q (1, 1, H) at `position`: CA over every
@@ -451,7 +452,7 @@ class MoATreeDrafter(MoADrafter):
         if depth < 1 or n < 1:
             self._check(n)
             return DraftTree()
-        lm_head = self.target.get_output_embeddings()
+        lm_head = readout_of(self.head, self.target)
         root = lm_head(self.activation(self._sync(context), n)[0, -1])  # (V,)
         fed_sa: dict[int, int] = {}
         fed_tli: dict[int, int] = {}

@@ -47,6 +47,11 @@ def _check_extras(config: Mapping[str, Any], moa: Mapping[str, Any]) -> None:
             raise ConfigError(f"config key 'moa.quality.sets.{metric}': metrics are "
                               f"{QUALITY_METRICS}, each scored on a set of moa.sets, "
                               f"not {name!r}")  # fmt: skip
+    sweep = moa.get("vocab_sweep") or {}
+    if sweep and (sweep["drafter"] not in main or not ablation):
+        raise ConfigError(f"config key 'moa.vocab_sweep.drafter': {sweep['drafter']!r} must "
+                          "be a key of moa.drafters; the sweep runs on moa.ablation.set, "
+                          "which must be set")  # fmt: skip
     _check_alt(config, moa, main)
     depth = moa["data"]["state_depth"]
     heads = {**moa["drafters"], **(ablation.get("drafters") or {})}

@@ -22,6 +22,10 @@ model. The document's four parts, for greedy decoding:
   its own tag; a stage that has not evaluated the run skips it and passes SKIP on, so message
   order holds (canonical runs are never cancelled).
 
+`PipeInferOptions.continuous` and `.cancellation` switch the last two off (Figure 8's
+ablations): one speculative run of `batch` tokens in flight at a time; invalid runs evaluated
+by every stage and dropped at the head.
+
 Speculations here form one chain (the document's trees of width one), so a run is never
 superfluous, only invalid. Greedy output equals single-process greedy decoding (tested).
 """
@@ -55,12 +59,19 @@ class PipeInferOptions:
     recovery: float = 0.05  # added per speculative run launched
     decay: float = 0.05  # subtracted when a speculation comes back empty, no result waiting
     partitions: int = 8  # sequence partitions: speculative runs in flight at most
+    # Figure 8's ablations: without continuous speculation one speculative run of `batch`
+    # tokens is in flight at a time; without early cancellation an invalid run is evaluated
+    # by every stage and dropped when it returns
+    continuous: bool = True
+    batch: int = 16
+    cancellation: bool = True
 
     def __post_init__(self) -> None:
         if not 1 <= self.partitions <= 60:  # bits of an int64 sequence mask
             raise ValueError(f"partitions must lie in [1, 60], not {self.partitions}")
-        if self.micro_batch < 1:
-            raise ValueError(f"micro_batch must be >= 1, not {self.micro_batch}")
+        if self.micro_batch < 1 or self.batch < 1:
+            raise ValueError(f"micro_batch and batch must be >= 1, not {self.micro_batch} "
+                             f"and {self.batch}")  # fmt: skip
 
 
 @dataclass
@@ -249,11 +260,14 @@ class Scheduler:
         return list(last) if len(last) > len(self.accepted) else list(self.accepted)
 
     def _can_speculate(self) -> bool:
+        if not self.opts.continuous and any(r.speculative for r in self._valid()):
+            return False  # one speculative run in flight at a time
         return not self.blocked and bool(self.free) and len(self._frontier()) < self.limit
 
     def _speculate(self) -> None:
         frontier = self._frontier()
-        budget = min(self.opts.micro_batch, self.limit - len(frontier))
+        size = self.opts.micro_batch if self.opts.continuous else self.opts.batch
+        budget = min(size, self.limit - len(frontier))
         tokens, confidence = self.draft(frontier, budget)
         keep = 0
         while keep < len(tokens) and confidence[keep] >= self.cutoff.value:
@@ -297,11 +311,14 @@ class Scheduler:
         self.free.append(run.seq)
 
     def _cancel_invalid(self) -> None:
+        """Mark in-flight runs that disagree with the accepted tokens invalid (nothing builds
+        on them again) and, with early cancellation, tell the stages to skip them."""
         for r in self.inflight:
             if r.speculative and not r.cancelled and not consistent(r, self.accepted):
                 r.cancelled = True
-                self.pipe.cancel(r.id)
-                self.trace.cancelled += 1
+                if self.opts.cancellation:
+                    self.pipe.cancel(r.id)
+                    self.trace.cancelled += 1
 
     def _drain(self) -> None:
         """Cancel what is still in flight, collect it, and close the pipeline."""

@@ -81,9 +81,11 @@ def validation(record: Mapping[str, Any], seeds: int) -> list[dict[str, Any]]:
 
 
 def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], list[Mapping[str, Any]]]:
+    """The strategies' own runs (not their ablations) by (strategy, stages)."""
     groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["strategy"], r["n_stages"]), []).append(r)
+        if not r.get("variant"):
+            groups.setdefault((r["strategy"], r["n_stages"]), []).append(r)
     return groups
 
 
@@ -143,6 +145,37 @@ def ablation(record: Mapping[str, Any], link: Mapping[str, float] | None,
                 setting = Setting(**{**vars(setting), "micro_batch": batch})
             out.append({"acceptance": alpha_name, "alpha": alpha, "variant": name,
                         **_median_run(cal, lk, setting, seeds)})  # fmt: skip
+    return out
+
+
+def measured_ablation(record: Mapping[str, Any], seeds: int) -> list[dict[str, Any]]:
+    """Figure 8 on the real runs: per stage count, PipeInfer, each ablation that ran and the
+    two baselines, measured (medians) beside the simulator at those runs' settings (the
+    measured link and acceptance; without continuous speculation, runs of the engine's
+    `batch` tokens)."""
+    rows, s = record["runs"], record["settings"]
+    if not s.get("ablations"):
+        return []
+    cal, link, alpha = calibration_of(record), measured_link(rows), measured_alpha(rows, s["k"])
+    names = {"": "PipeInfer", **{a: a for a in s["ablations"]}}
+    out = []
+    for n in s["n_stages"]:
+        groups = {"iterative": ("iterative", ""), "speculative": ("speculative", "")}
+        groups |= {name: ("pipeinfer", v) for v, name in names.items()}
+        for name, (strategy, variant) in groups.items():
+            group = [r for r in rows if (r["strategy"], r["n_stages"]) == (strategy, n)
+                     and (r.get("variant") or "") == variant]  # fmt: skip
+            if not group:
+                continue
+            setting = _setting(strategy, n, alpha, group, s, **ABLATIONS.get(variant, {}))
+            if variant == "no continuous speculation":
+                setting = Setting(**{**vars(setting), "micro_batch": s["pipeinfer"]["batch"]})
+            measured = statistics.median(r["tokens_per_s"] for r in group)
+            simulated = _median_run(cal, link, setting, seeds)["tokens_per_s"]
+            out.append({"n_stages": n, "variant": name, "measured_tokens_per_s": measured,
+                        "simulated_tokens_per_s": simulated,
+                        "speed_error": simulated / measured - 1,
+                        "all_exact": all(r["exact"] for r in group)})  # fmt: skip
     return out
 
 

@@ -26,6 +26,10 @@ def check_pipeline(config: Mapping[str, Any]) -> None:
         raise ConfigError("config key 'pipeline.n_stages': the simulator measures the link "
                           "between two ranks; list a stage count of at least 2")  # fmt: skip
     sim = pipeline["simulate"]
+    slow = sim["constrained_link"]
+    if slow is not None and slow not in sim["links"]:
+        raise ConfigError(f"config key 'pipeline.simulate.constrained_link': {slow!r} is not "
+                          "a key of pipeline.simulate.links")  # fmt: skip
     link = sim["ablation"]["link"]
     if link != "loopback" and link not in sim["links"]:
         raise ConfigError(f"config key 'pipeline.simulate.ablation.link': {link!r} is neither "

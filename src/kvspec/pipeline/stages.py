@@ -57,8 +57,8 @@ def runs_stage(
     with tempfile.TemporaryDirectory(prefix="kvspec-pipeline-") as tmp:
         for name, pid, ids in tqdm(prompts, desc="prompts", mininterval=5):
             reference = greedy_generate(target, ids, settings["max_new_tokens"], stops)
-            for run, strategy, n in _schedule(settings):
-                key = (name, pid, run, strategy, n)
+            for run, strategy, n, variant in _schedule(settings):
+                key = (name, pid, run, strategy, n, variant)
                 if key in done:
                     rows.append(done[key])
                     continue
@@ -71,13 +71,15 @@ def runs_stage(
                     settings,
                     dtype,
                     threads if n == 1 and strategy == "iterative" else None,
+                    variant,
                 )
                 result = _launch(spec, Path(tmp), settings)
                 rows.append({**_row(name, pid, len(ids), run, spec, result, reference),
-                             "run_key": list(key)})  # fmt: skip
+                             "variant": variant, "run_key": list(key)})  # fmt: skip
                 journal.append(rows[-1:])
-                log.info("%s %s run %d: %s n=%d %.2f tok/s, exact %s", name, pid, run, strategy,
-                         n, result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
+                log.info("%s %s run %d: %s%s n=%d %.2f tok/s, exact %s", name, pid, run,
+                         strategy, f" ({variant})" if variant else "", n,
+                         result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
     write_json(out, {"runs": rows, "settings": dict(settings), "sets": dict(sets),
                      "calibration": vars(cal), "calibration_raw": raw,
                      "provenance": provenance(dict(settings), dtype=dtype)})  # fmt: skip
@@ -120,6 +122,7 @@ def simulation_stage(runs: str, out: str, *, settings: Mapping[str, Any]) -> Non
         "curves": scaling.curves(record, sim["links"], sim["alphas"], nodes, seeds),
         "ablation": scaling.ablation(record, sim["links"].get(abl["link"]), abl["alphas"],
                                      abl["nodes"], abl["batch"], seeds),
+        "measured_ablation": scaling.measured_ablation(record, seeds),
         "memory": scaling.memory(record, nodes),
         "measured_memory": [{"strategy": r["strategy"], "n_stages": r["n_stages"],
                              "peak_rss_mb": r["peak_rss_mb"]} for r in record["runs"]],
@@ -128,21 +131,27 @@ def simulation_stage(runs: str, out: str, *, settings: Mapping[str, Any]) -> Non
     })  # fmt: skip
 
 
-def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int]]:
-    """(repeat, strategy, stages): the one-process baseline first, strategies interleaved."""
-    combos = [("iterative", 1)] + [(s, n) for n in settings["n_stages"]
-                                   for s in settings["strategies"]]  # fmt: skip
-    return [(r, s, n) for r in range(settings["runs"]) for s, n in dict.fromkeys(combos)]
+def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int, str]]:
+    """(repeat, strategy, stages, variant): the one-process baseline first, strategies
+    interleaved, then PipeInfer's ablations (`settings['ablations']`) at every stage count;
+    variant "" is the strategy itself."""
+    combos = [("iterative", 1, "")] + [(s, n, "") for n in settings["n_stages"]
+                                       for s in settings["strategies"]]  # fmt: skip
+    combos += [("pipeinfer", n, a) for n in settings["n_stages"]
+               for a in settings.get("ablations") or ()]  # fmt: skip
+    return [(r, *c) for r in range(settings["runs"]) for c in dict.fromkeys(combos)]
 
 
 def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], strategy: str,
-              n: int, settings: Mapping[str, Any], dtype: str,
-              threads: int | None) -> PipelineRun:  # fmt: skip
+              n: int, settings: Mapping[str, Any], dtype: str, threads: int | None,
+              variant: str = "") -> PipelineRun:  # fmt: skip
+    from kvspec.pipeline.scaling import ABLATIONS
+
     return PipelineRun(
         inputs["target"], strategy, n, list(prompt), settings["max_new_tokens"], list(stops),
         draft=inputs["draft"], k=settings["k"], dtype=dtype,
         threads=threads or settings["threads_per_rank"], timeout_s=settings["timeout_s"],
-        pipeinfer=dict(settings["pipeinfer"]),
+        pipeinfer={**settings["pipeinfer"], **(ABLATIONS[variant] if variant else {})},
     )  # fmt: skip
 
 

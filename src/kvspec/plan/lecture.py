@@ -18,6 +18,7 @@ EXAMPLES: dict[str, tuple[str, bool]] = {
     "quantization": ("quantisation toy example and 4-bit weights", False),
     "speculative": ("speculative sampling example and exactness", False),
     "scheduling": ("continuous vs static batching", False),
+    "paged": ("PagedAttention: fragmentation and copy-on-write", False),
 }
 
 
@@ -83,6 +84,8 @@ class LecturePlan:
                     "eval_settings": self.evaluate_settings()}  # fmt: skip
         elif example in ("speculative", "scheduling"):
             job |= {"bench": self.bench(example), **run}
+        elif example == "paged":  # the scheduling example's prompts and batches
+            job |= {"bench": self.bench("scheduling"), **run}
         elif example == "batching":
             job |= run
         return job
@@ -105,6 +108,9 @@ class LecturePlan:
 
     def scheduling_inputs(self, wildcards: Any = None) -> dict[str, str]:
         return {"model": self.model_dir(), "prompts": self.prompts_file("scheduling")}
+
+    def paged_inputs(self, wildcards: Any = None) -> dict[str, str]:
+        return {**self.scheduling_inputs(), "scheduling": self.output("scheduling")}
 
     # ---- report -------------------------------------------------------------------------------
     def report_items(self) -> list[ReportItem]:

@@ -36,6 +36,8 @@ class MoAPlan:
         self.target: str = self.moa["target"]
         self.ablation: Mapping[str, Any] = self.moa.get("ablation") or {}
         self.alt: Mapping[str, Any] = self.moa.get("alt") or {}
+        sweep = self.moa.get("vocab_sweep")
+        self.vocab_sweep = dict(sweep, sizes=list(sweep["sizes"])) if sweep else None
         self.quality: Mapping[str, str] = (self.moa.get("quality") or {}).get("sets") or {}
 
     # ---------------------------------------------------------------- jobs and their inputs
@@ -135,6 +137,7 @@ class MoAPlan:
         return {"drafters": [d for d in self.drafters_of(model) if d in m["drafters"]],
                 "ablations": list(ablation.get("drafters") or {}),
                 "ablation_set": ablation.get("set"), "baselines": list(m["baselines"]),
+                "vocab_sweep": self.vocab_sweep if ablation else None,
                 "chain_sets": m.get("chain_sets"),
                 "chain_k": m["chain_k"], "tree": dict(m["tree"]) if m["tree"] else None,
                 "max_new_tokens": m["max_new_tokens"], "baseline_repeats": m["baseline_repeats"],
@@ -165,6 +168,10 @@ class MoAPlan:
                 items.append(self._item(stem, f"moa:{renderer}",
                                         {**inputs, "paper": [self._paper(stem)]}, params,
                                         label))  # fmt: skip
+        if self.vocab_sweep:
+            items.append(self._item("moa_vocab_sweep", "moa:render_vocab_sweep", runs,
+                                    {**params, "vocab_sweep": self.vocab_sweep},
+                                    "drafting vocabulary sweep"))  # fmt: skip
         for stem, label in TRANSCRIBED.items():
             items.append(self._item(stem, "tables:render_paper_only",
                                     {"paper": [self._paper(stem)]}, {}, label))  # fmt: skip

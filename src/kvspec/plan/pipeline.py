@@ -71,6 +71,8 @@ class PipelinePlan:
         ]  # fmt: skip
         for number, (renderer, extra) in FIGURES.items():
             stem = f"pipeinfer_figure_{number}"
+            if number == 7:  # its (b) and (c) panels: the constrained link's curves
+                extra = {"link": self.pipeline["simulate"]["constrained_link"]}
             items.append(self._item(stem, renderer, {"result": sim}, params | extra,
                                     _figure(stem, f"Figure {number}")))  # fmt: skip
         for number, roman in enumerate(("I", "II", "III", "IV"), start=1):  # transcribed only

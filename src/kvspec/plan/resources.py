@@ -401,6 +401,6 @@ ESTIMATES: dict[str, Estimate] = {
     "lecture_roofline": _lecture,
     **{
         f"lecture_{e}": _lecture
-        for e in ("batching", "kv_cache", "quantization", "speculative", "scheduling")
+        for e in ("batching", "kv_cache", "quantization", "speculative", "scheduling", "paged")
     },  # fmt: skip
 }

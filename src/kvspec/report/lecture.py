@@ -310,3 +310,41 @@ def render_scheduling(item: dict[str, Any], inputs: dict[str, list[str]],
         "The lecture describes the schedulers without numbers: no paper column.",
     ]
     _write(rows, out, "Lecture: continuous vs static batching", notes)
+
+
+def render_paged(item: dict[str, Any], inputs: dict[str, list[str]],
+                 out: dict[str, str]) -> None:  # fmt: skip
+    r = read_json(inputs["result"][0])
+    per_token, block = r["kv_bytes_per_token"], r["settings"]["block_size"]
+    rows = []
+    for a in r["layouts"]:
+        setting = f"{a['policy']} batching, {a['layout']}"
+        peak_mb = a["peak_allocated"] * per_token / 1e6
+        rows += [_row("wasted share of allocated KV slots", setting, a["wasted_share"]),
+                 _row("peak KV MB allocated", setting, peak_mb)]  # fmt: skip
+    s = r["shared"]
+    last = s["steps"][-1] if s["steps"] else {"physical_blocks": 0, "private_blocks": 0}
+    n = r["settings"]["samples"]
+    rows += [
+        _row("physical blocks, shared prefix + copy-on-write", f"{n} samples, end",
+             last["physical_blocks"]),
+        _row("blocks with a private copy per sample", f"{n} samples, end", last["private_blocks"]),
+        _row("copy-on-write copies", f"{n} samples", s["copies"]),
+        _row("every sample reads back its prompt + tokens", f"{n} samples",
+             s["reads_back_exactly"]),
+    ]  # fmt: skip
+    notes = [
+        f"Fragmentation: the scheduling example's batches (its per-step trace of the padded "
+        f"cache's width and each row's length), {per_token:,} KV bytes per token for model "
+        f"{item['model']}. 'padded batch' is the cache we ran (left-padded rows of the "
+        f"longest row's width); 'contiguous reservation' gives each request its prompt + the "
+        f"largest new-token budget up front (the lecture's status quo; internal fragmentation "
+        f"only: external fragmentation between reservations is not modelled); blocks of "
+        f"{block} hold ceil(length / {block}) blocks per row.",
+        f"Copy-on-write: {n} seeded samples (temperature {r['settings']['temperature']}) of "
+        f"one {s['prompt_tokens']}-token prompt ({s['prompt_blocks']} blocks) through "
+        f"kvspec.lecture.paged.BlockManager; lengths {r['sample_lengths']}. The stand-in for "
+        "each position's K/V is its token id, so reading back checks the block tables.",
+        "The lecture describes PagedAttention without numbers: no paper column.",
+    ]
+    _write(rows, out, "Lecture: PagedAttention, fragmentation and copy-on-write", notes)

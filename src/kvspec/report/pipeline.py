@@ -18,12 +18,13 @@ def run_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Per strategy and stage count: medians over prompts and repeats, speed relative to the
     one-process engine on the same prompts, and whether every run equalled greedy decoding."""
     df = pd.DataFrame(rows)
+    df["variant"] = df["variant"].fillna("") if "variant" in df else ""
     df["max_rank_rss_mb"] = df["peak_rss_mb"].map(lambda x: max(v for v in x if v is not None))
     base = df[(df.strategy == "iterative") & (df.n_stages == 1)]
     base_speed = base.groupby(["set", "prompt"])["tokens_per_s"].median()
     df["speedup"] = [s / base_speed[(a, p)] for s, a, p in
                      zip(df.tokens_per_s, df.set, df.prompt, strict=True)]  # fmt: skip
-    grouped = df.groupby(["strategy", "n_stages", "ranks"], sort=False)
+    grouped = df.groupby(["strategy", "variant", "n_stages", "ranks"], sort=False)
     out = grouped[[*COLUMNS, "speedup"]].median().reset_index()
     out["runs"] = grouped.size().values
     out["all exact"] = grouped["exact"].all().values
@@ -81,7 +82,7 @@ def render_variance(item: dict[str, Any], inputs: dict[str, list[str]],
     from kvspec.report.figures import save_figure
 
     rows = pd.DataFrame(read_json(inputs["result"][0])["runs"])
-    rows = rows[rows.n_stages > 1]
+    rows = rows[(rows.n_stages > 1) & ~_is_ablation(rows)]
     df = rows.groupby(["strategy", "n_stages", "set", "prompt"], sort=False)["tokens_per_s"]
     df = df.median().reset_index()
     fig, ax = _axes()
@@ -97,6 +98,13 @@ def render_variance(item: dict[str, Any], inputs: dict[str, list[str]],
     write_table(df, out["csv"], out["md"], "Figure 10: prompt-to-prompt variance", notes)
 
 
+def _is_ablation(rows: pd.DataFrame) -> pd.Series:
+    """Rows of PipeInfer's ablation runs (Figure 8), not of the strategies themselves."""
+    if "variant" not in rows:
+        return pd.Series(False, index=rows.index)
+    return rows["variant"].fillna("").astype(bool)
+
+
 def _axes(n: int = 1, m: int = 1, size: tuple[float, float] = (6.0, 4.0)):
     import matplotlib.pyplot as plt
 
@@ -110,44 +118,99 @@ SIMULATED = ("simulated by kvspec.pipeline.simulate, calibrated on our models' m
 
 def render_simulated_curves(item: dict[str, Any], inputs: dict[str, list[str]],
                             out: dict[str, str]) -> None:  # fmt: skip
-    """One panel per link and acceptance: the metric against node count per strategy."""
+    """One panel per link and acceptance: the metric against node count per strategy; on the
+    panel of the measured link and acceptance, the real multi-rank runs' medians too."""
     from kvspec.report.figures import save_figure
 
     sim = read_json(inputs["result"][0])
-    df = pd.DataFrame(sim["curves"])
+    df, metric = pd.DataFrame(sim["curves"]), item["metric"]
     links, accs = list(dict.fromkeys(df.link)), list(dict.fromkeys(df.acceptance))
+    measured = measured_points(sim["validation"], metric)
     fig, axes = _axes(len(accs), len(links), (4.0, 3.0))
     for i, link in enumerate(links):
         for j, acc in enumerate(accs):
             ax = axes[i][j]
             part = df[(df.link == link) & (df.acceptance == acc)]
             for strategy, g in part.groupby("strategy", sort=False):
-                ax.plot(g.nodes, g[item["metric"]], marker="o", label=strategy)
+                line = ax.plot(g.nodes, g[metric], marker="o", label=strategy)[0]
+                if (i, j) == (0, 0):  # the measured link and acceptance come first
+                    m = measured[measured.strategy == strategy]
+                    ax.scatter(m.nodes, m.measured, marker="X", s=60, color=line.get_color(),
+                               edgecolors="k", zorder=3, label=f"{strategy}, measured")  # fmt: skip
             ax.set_xscale("log", base=2)
             ax.set_title(f"{link}\n{acc} (alpha {part.alpha.iloc[0]:.2f})", fontsize=8)
             ax.set_xlabel("nodes")
             ax.set_ylabel(item["axis"], fontsize=8)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"SIMULATED: {item['axis']} against node count")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(f"SIMULATED: {item['axis']} against node count (X: measured on this CPU)")
     fig.tight_layout()
     save_figure(fig, out["png"], out["pdf"])
-    cols = ["link", "acceptance", "alpha", "strategy", "nodes", item["metric"]]
-    write_table(df[cols], out["csv"], out["md"], f"Simulated {item['axis']}", [SIMULATED])
+    cols = ["link", "acceptance", "alpha", "strategy", "nodes", metric]
+    table = pd.concat([df[cols].assign(source="simulated"),
+                       measured.rename(columns={"measured": metric}).assign(
+                           link=links[0], acceptance=accs[0], source="measured")],
+                      ignore_index=True)  # fmt: skip
+    write_table(table, out["csv"], out["md"], f"Simulated {item['axis']}", [
+        SIMULATED,
+        "source 'measured': the real runs' medians at 2-3 ranks on this machine (loopback "
+        "link, our draft's acceptance: the first panel), drawn as X over the curves; "
+        "simulated_at_measured and error: the simulator at exactly those runs' settings "
+        "(pipeinfer_simulation_validation) and simulated / measured - 1.",
+    ])  # fmt: skip
+
+
+def measured_points(validation: list[dict[str, Any]], metric: str) -> pd.DataFrame:
+    """strategy, nodes, measured, simulated_at_measured, error of each multi-rank real
+    configuration (the one-process engine runs with the rule's threads, not a rank's: left
+    out)."""
+    v = pd.DataFrame(validation)
+    v = v[v.n_stages > 1]
+    return pd.DataFrame({
+        "strategy": v.strategy, "nodes": v.n_stages, "measured": v[f"measured_{metric}"],
+        "simulated_at_measured": v[f"simulated_{metric}"],
+        "error": v[f"simulated_{metric}"] / v[f"measured_{metric}"] - 1,
+    })  # fmt: skip
 
 
 def render_simulated_memory(item: dict[str, Any], inputs: dict[str, list[str]],
                             out: dict[str, str]) -> None:  # fmt: skip
-    """Weights per node against node count, with the real runs' peak RSS per rank."""
+    """Figure 7: (a) weights per node against node count, with the real runs' peak RSS per
+    rank; with `item['link']`, (b) TTFT and (c) speed over that link (the document's
+    constrained clusters: Gigabit Ethernet)."""
     from kvspec.report.figures import save_figure
 
-    sim = read_json(inputs["result"][0])
+    sim, link = read_json(inputs["result"][0]), item.get("link")
     df = pd.DataFrame(sim["memory"])
-    fig, ax = _axes()
+    fig, axes = _axes(3 if link else 1, 1, (5.0, 4.0))
+    _draw_memory(axes[0][0] if link else axes, df, sim["measured_memory"])
+    notes = ["(a) Weights per node from the model's parameter bytes and the layer split (the "
+             "head node also holds the embedding and output head); measured points are whole "
+             "processes (Python, torch, activations, KV cache)."]  # fmt: skip
+    table = df.assign(panel="a")
+    if link:
+        slow = _link_curves(sim["curves"], link)
+        panels = ((axes[0][1], "ttft_s", "(b) SIMULATED time to first token (s)"),
+                  (axes[0][2], "tokens_per_s", "(c) SIMULATED speed (tok/s)"))  # fmt: skip
+        for panel, metric, title in panels:
+            _draw_strategies(panel, slow, metric)
+            panel.set_title(f"{title}, {link}", fontsize=9)
+        axes[0][1].legend(fontsize=6)
+        notes.append(f"(b), (c): {SIMULATED}; link {link}, one line per strategy and "
+                     "acceptance. The document's constrained clusters also have slower CPUs; "
+                     "ours are calibrated on this machine's.")  # fmt: skip
+        cols = ["acceptance", "alpha", "strategy", "nodes", "ttft_s", "tokens_per_s"]
+        table = pd.concat([table, slow[cols].assign(panel="b, c")], ignore_index=True)
+    save_figure(fig, out["png"], out["pdf"])
+    write_table(table, out["csv"], out["md"], "Figure 7: memory per node; constrained link", notes)
+
+
+def _draw_memory(ax: Any, df: pd.DataFrame, measured_memory: list[dict[str, Any]]) -> None:
+    """Panel (a): weights per node, the real runs' peak RSS per rank as crosses."""
     for col, label in (("head_node_mb", "head node (weights)"),
                        ("other_node_mb", "other target node (weights)"),
                        ("draft_node_mb", "speculative node (weights)")):  # fmt: skip
         ax.plot(df.nodes, df[col], marker="o", label=label)
-    measured = [(r["n_stages"], v) for r in sim["measured_memory"] for v in r["peak_rss_mb"]
+    measured = [(r["n_stages"], v) for r in measured_memory for v in r["peak_rss_mb"]
                 if v is not None and r["n_stages"] > 1]  # fmt: skip
     if measured:
         ax.scatter(*zip(*measured, strict=True), color="k", marker="x",
@@ -156,23 +219,43 @@ def render_simulated_memory(item: dict[str, Any], inputs: dict[str, list[str]],
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
     ax.set_ylabel("MB")
-    ax.set_title("Memory per node: weights computed, RSS measured")
+    ax.set_title("(a) memory per node: weights computed, RSS measured", fontsize=9)
     ax.legend(fontsize=7)
-    save_figure(fig, out["png"], out["pdf"])
-    notes = ["Weights per node from the model's parameter bytes and the layer split (the "
-             "head node also holds the embedding and output head); measured points are whole "
-             "processes (Python, torch, activations, KV cache)."]  # fmt: skip
-    write_table(df, out["csv"], out["md"], "Figure 7(a): memory per node", notes)
+
+
+def _link_curves(curves: list[dict[str, Any]], link: str) -> pd.DataFrame:
+    """The simulated curves over `link`, for the document's acceptances (not ours)."""
+    df = pd.DataFrame(curves)
+    part = df[(df.link == link) & (df.acceptance != "ours (measured)")]
+    if part.empty:
+        raise ValueError(f"the simulation has no curves over link {link!r}: add it to "
+                         "pipeline.simulate.links")  # fmt: skip
+    return part
+
+
+def _draw_strategies(ax: Any, df: pd.DataFrame, metric: str) -> None:
+    """One line per (strategy, acceptance): colour by strategy, line style by acceptance."""
+    styles = dict(zip(dict.fromkeys(df.acceptance), ("-", "--", ":", "-."), strict=False))
+    colours = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(df.strategy))}
+    for (strategy, acc), g in df.groupby(["strategy", "acceptance"], sort=False):
+        ax.plot(g.nodes, g[metric], marker="o", ms=3, color=colours[strategy],
+                linestyle=styles.get(acc, "-"), label=f"{strategy}, {acc}")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("nodes")
 
 
 def render_simulated_ablation(item: dict[str, Any], inputs: dict[str, list[str]],
                               out: dict[str, str]) -> None:  # fmt: skip
+    """Figure 8: the simulated ablations at the document's acceptances; beside them, when the
+    ablations ran for real, measured and simulated speed per variant at each stage count."""
     from kvspec.report.figures import save_figure
 
     sim = read_json(inputs["result"][0])
     df = pd.DataFrame(sim["ablation"])
+    measured = pd.DataFrame(sim.get("measured_ablation") or [])
+    fig, axes = _axes(2 if len(measured) else 1, 1, (8.0, 4.0))
+    ax = axes[0][0] if len(measured) else axes
     accs, variants = list(dict.fromkeys(df.acceptance)), list(dict.fromkeys(df.variant))
-    fig, ax = _axes(size=(8.0, 4.0))
     width = 0.8 / len(variants)
     for v, variant in enumerate(variants):
         part = df[df.variant == variant].set_index("acceptance").reindex(accs)
@@ -182,8 +265,34 @@ def render_simulated_ablation(item: dict[str, Any], inputs: dict[str, list[str]]
     ablation = sim["settings"]["simulate"]["ablation"]
     ax.set_title(f"SIMULATED ablation, {ablation['nodes']} nodes, link {ablation['link']}")
     ax.legend(fontsize=7)
-    save_figure(fig, out["png"], out["pdf"])
     batch = ablation["batch"]
     notes = [SIMULATED, f"Without continuous speculation: one speculative run in flight of "
              f"{batch} tokens (the document's larger batch as counter-balance)."]  # fmt: skip
-    write_table(df, out["csv"], out["md"], "Figure 8: ablations (simulated)", notes)
+    table = df.assign(source="simulated")
+    if len(measured):
+        _draw_measured_ablation(axes[0][1], measured)
+        notes.append("Right panel and source 'measured': the engine's own ablations "
+                     "(PipeInferOptions.cancellation / .continuous) run for real on this "
+                     "machine at each stage count, medians over prompts, beside the simulator "
+                     "at exactly those settings (measured link and acceptance); every run "
+                     "equal to greedy decoding where all_exact.")  # fmt: skip
+        table = pd.concat([table, measured.assign(source="measured")], ignore_index=True)
+    save_figure(fig, out["png"], out["pdf"])
+    write_table(table, out["csv"], out["md"], "Figure 8: ablations", notes)
+
+
+def _draw_measured_ablation(ax: Any, measured: pd.DataFrame) -> None:
+    """Measured (solid) and simulated (hatched) speed per variant, grouped by stage count."""
+    stages, variants = list(dict.fromkeys(measured.n_stages)), list(dict.fromkeys(measured.variant))
+    width = 0.8 / (2 * len(variants))
+    for v, variant in enumerate(variants):
+        part = measured[measured.variant == variant].set_index("n_stages").reindex(stages)
+        x = [i + 2 * v * width for i in range(len(stages))]
+        bars = ax.bar(x, part.measured_tokens_per_s, width, label=f"{variant}, measured")
+        ax.bar([p + width for p in x], part.simulated_tokens_per_s, width, hatch="//",
+               color=bars.patches[0].get_facecolor(), alpha=0.5)  # fmt: skip
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(stages))],
+                  [f"{n} target ranks" for n in stages])  # fmt: skip
+    ax.set_ylabel("generation speed (tok/s)")
+    ax.set_title("MEASURED on this CPU (solid) vs simulated at its settings (hatched)")
+    ax.legend(fontsize=6)
