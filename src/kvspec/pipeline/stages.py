@@ -138,7 +138,7 @@ def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int, str]]:
     combos = [("iterative", 1, "")] + [(s, n, "") for n in settings["n_stages"]
                                        for s in settings["strategies"]]  # fmt: skip
     combos += [("pipeinfer", n, a) for n in settings["n_stages"]
-               for a in settings.get("ablations") or ()]  # fmt: skip
+               for a in settings["ablations"]]  # fmt: skip
     return [(r, *c) for r in range(settings["runs"]) for c in dict.fromkeys(combos)]
 
 

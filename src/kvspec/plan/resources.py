@@ -366,7 +366,7 @@ def _pipeline(config: Mapping[str, Any], wildcards: Any) -> Need:
     ranks = max(p["n_stages"]) + 1
     prompts = sum(p["sets"].values()) * p["runs"]
     # per prompt: the one-process baseline, then every strategy and ablation per stage count
-    configs = 1 + len(p["n_stages"]) * (len(p["strategies"]) + len(p.get("ablations") or ()))
+    configs = 1 + len(p["n_stages"]) * (len(p["strategies"]) + len(p["ablations"]))
     hours = prompts * configs * p["max_new_tokens"] * 0.2 / 3600 + 0.5
     if p["launcher"] != "srun":  # every rank a process of this job, on one machine
         host = 4 * card.params / GB + ranks * CPU_PROCESS_GB
