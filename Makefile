@@ -1,7 +1,10 @@
 # The two commands. Each creates .venv when it is missing.
 #   make reproduce   run the whole study at the mini scale (config/config.yaml);
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
-#   make test        run the test suite (unit tests + the whole DAG at ci scale)
+#   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
+#                    the slow real-model tests (pytest -m "not workflow and not slow")
+#   make test-all    the whole suite, what CI runs: + the whole DAG at ci scale, interrupted
+#                    runs, Slurm, the packaged real models, vLLM
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -11,7 +14,7 @@ MIRROR_ARG := $(if $(MIRROR),--config "data={'mirror': '$(abspath $(MIRROR))'}",
 TARGET ?=
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 
-.PHONY: reproduce test report clean-results vllm-env
+.PHONY: reproduce test test-all report clean-results vllm-env
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +33,9 @@ report: $(VENV)/.installed
 	$(BIN)/snakemake --cores all $(MIRROR_ARG) --report results/report.html
 
 test: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not workflow and not slow"
+
+test-all: $(VENV)/.installed
 	$(BIN)/python -m pytest
 
 clean-results:

@@ -80,3 +80,15 @@ def ci_run(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("ci_run")
     snakemake(workdir)
     return workdir
+
+
+WORKFLOW_TESTS = REPO / "tests" / "workflow"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/workflow/ `workflow`: they run Snakemake (the ci DAG once per
+    session, interrupted runs, Slurm) and take most of the suite's time. `make test` leaves them
+    out; `make test-all` (what CI runs) keeps them."""
+    for item in items:
+        if WORKFLOW_TESTS in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.workflow)

@@ -14,7 +14,13 @@ from kvspec.decoding.bench_summary import mark_divergence, summarize
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.prompts import bench_prompts
 from kvspec.ngram.index import build_index
-from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+from kvspec.ngram.methods import (
+    DecodeSettings,
+    Setup,
+    benchmark_methods,
+    build_method,
+    open_engines,
+)
 from kvspec.ngram.registry import METHODS
 
 VOCAB, EOS, NEW = 128, 127, 12
@@ -53,8 +59,9 @@ def prompts() -> list[tuple[str, list[int]]]:
     return [(f"p{i}", rng.integers(0, EOS, 6 + i).tolist()) for i in range(3)]
 
 
-# sd_suffix_decoding needs Arctic Inference's suffix tree built: tests/ngram/test_suffix_peer.py
-LOCAL = [m for m in METHODS if m != "sd_suffix_decoding"]
+# sd_suffix_decoding needs Arctic Inference's suffix tree built (tests/ngram/test_suffix_peer.py),
+# llamacpp_* llama.cpp built and a GGUF file (tests/ngram/test_llamacpp_peer.py)
+LOCAL = [m for m in METHODS if m != "sd_suffix_decoding" and not m.startswith("llamacpp_")]
 
 
 def test_every_method_decodes_like_greedy(setup, prompts):
@@ -171,3 +178,11 @@ def test_prompt_sets_take_their_categories_in_turn() -> None:
     assert [i for i, _ in _by_category(recs, None)] == ["0", "2", "3", "1", "4"]
     with pytest.raises(ValueError, match="no prompt records of the categories"):
         _by_category(recs, ["z"])
+
+
+def test_llama_cpp_methods_without_their_build_are_a_clear_error(setup) -> None:
+    """The peer rows need llama.cpp's build and the GGUF file (tests/ngram/test_llamacpp_peer.py
+    runs them for real)."""
+    for name in ("llamacpp_greedy", "llamacpp_prompt_lookup"):
+        with pytest.raises(ValueError, match="llama_cpp build directory"):
+            build_method(name, setup)

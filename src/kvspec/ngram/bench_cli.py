@@ -25,7 +25,7 @@ import torch
 from kvspec.config import schema_defaults
 from kvspec.data.records import read_jsonl
 from kvspec.decoding.bench import run_benchmark
-from kvspec.decoding.bench_summary import summarize
+from kvspec.decoding.bench_summary import mark_divergence, summarize
 from kvspec.decoding.generate import stop_ids
 from kvspec.decoding.prompts import bench_prompts
 from kvspec.decoding.verify_cost import verify_costs
@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=8, help="draft depth in the end-to-end runs")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", help="the target's weights: float32, bfloat16")
     ap.add_argument("--methods", nargs="*", default=[], help="further methods (greedy only)")
     args = ap.parse_args(argv)
 
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"inf_nkt (cold lookup) speedup over sequential calls (median): {ratio:.1f}x")
 
     torch.set_num_threads(args.threads)
-    target, tokenizer = load_model(res / "models" / args.model)
+    target, tokenizer = load_model(res / "models" / args.model, dtype=args.dtype)
     decode = {
         **schema_defaults("spec", "decode"),
         "k": args.k,
@@ -109,12 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     names = ["greedy", "hf_prompt_lookup", "sd_infgram_target", *args.methods]
     methods = benchmark_methods(setup, names, ["greedy"])
     spread = schema_defaults("spec", "speed")["unstable_spread"]
-    summary = summarize(run_benchmark(methods, prompts), unstable_spread=spread)
+    records = run_benchmark(methods, prompts)
+    mark_divergence(target, records, prompts)
+    summary = summarize(records, unstable_spread=spread)
     summary = summary.set_index("method")
     sd, greedy, hf = (summary.loc[m] for m in ("sd_infgram_target", "greedy", "hf_prompt_lookup"))
     print(f"\nHumanEval, {args.n} prompts, {args.max_new_tokens} new tokens, batch 1, k={args.k}:")
     for name, row in summary.iterrows():
-        print(f"  {name:18s} {row.tok_s:8.1f} tok/s  accepted length {row.accept_len:.2f}")
+        print(f"  {name:18s} {row.tok_s:8.1f} tok/s  accepted length {row.accept_len:.2f}  "
+              f"equal to greedy on {100 * row.exact_vs_greedy:.0f}% of prompts")  # fmt: skip
     print(f"infini-gram SD / greedy:           {sd.tok_s / greedy.tok_s:.2f}x")
     print(f"infini-gram SD / HF prompt lookup: {sd.tok_s / hf.tok_s:.2f}x")
     print(

@@ -57,7 +57,8 @@ class DecodeSettings:
 class Setup:
     """What the methods of one benchmark job share: the target, the stop tokens and token
     budget, the decode settings, the verification mode and seed, and the drafters' sources
-    (draft model, opened indexes by name, their acceptance rows, the suffix-tree build)."""
+    (draft model, opened indexes by name, their acceptance rows, the suffix-tree build, the
+    llama.cpp build and the target's GGUF file)."""
 
     target: torch.nn.Module
     stops: list[int]
@@ -70,6 +71,8 @@ class Setup:
     calibrations: Mapping[str, Any] = field(default_factory=dict)  # index name -> rows
     arctic_suffix: str | None = None  # build directory of Arctic Inference's suffix tree
     corpus: Sequence[tuple[list[int], list[int]]] = ()  # (prompt, response) ids it starts from
+    llama_cpp: str | None = None  # build directory of llama-cpp-python
+    gguf: str | None = None  # the target's GGUF file (llama.cpp's methods)
 
 
 def open_engines(indexes: Mapping[str, tuple[str, str]], max_support: int) -> dict[str, Any]:
@@ -171,8 +174,21 @@ def _tree_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
     return run
 
 
+def _llamacpp_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
+    """llama.cpp's own greedy loop on the model's GGUF file (kvspec.ngram.llamacpp_peer)."""
+    if setup.llama_cpp is None or setup.gguf is None:
+        raise ValueError(f"{name} needs the llama_cpp build directory and the model's GGUF file")
+    from kvspec.ngram.llamacpp_peer import llama_cpp_method
+
+    lookup = setup.decode.k if decl.drafter == "prompt_lookup" else None
+    return llama_cpp_method(setup.llama_cpp, setup.gguf, lookup=lookup,
+                            max_new_tokens=setup.max_new_tokens, stops=setup.stops,
+                            threads=torch.get_num_threads())  # fmt: skip
+
+
 LOOPS: dict[str, Callable[[str, MethodDecl, Setup], Method]] = {
     "greedy": _greedy_loop, "hf": _hf_loop, "chain": _chain_loop, "tree": _tree_loop,
+    "llamacpp": _llamacpp_loop,
 }  # fmt: skip
 
 

@@ -15,9 +15,10 @@ class MethodDecl:
     """One benchmark method.
 
     `loop`: "greedy" (our loop, one token per forward), "hf" (transformers' `generate`),
-    "chain" (our speculative loop) or "tree" (one tree-masked target forward per step; greedy
-    verification only). `drafter`: what proposes the drafts ("prompt_lookup", "draft",
-    "infgram", "hybrid", "suffix_decoding") or, for "hf", the `generate` option ("greedy",
+    "chain" (our speculative loop), "tree" (one tree-masked target forward per step; greedy
+    verification only) or "llamacpp" (llama.cpp's own greedy loop on the model's GGUF).
+    `drafter`: what proposes the drafts ("prompt_lookup", "draft",
+    "infgram", "hybrid", "suffix_decoding") or, for "hf" and "llamacpp", the option ("greedy",
     "prompt_lookup", "assisted"). `index`: the infini-gram index it reads ("sft"/"target").
     `adaptive`: depth learnt while decoding (kvspec.ngram.adaptive), calibrated by the
     index's acceptance rows when the model has them.
@@ -32,7 +33,7 @@ class MethodDecl:
     @property
     def greedy_only(self) -> bool:
         """No rejection-sampling variant ("@sample"): trees verify greedily."""
-        return self.loop in ("greedy", "hf", "tree")
+        return self.loop in ("greedy", "hf", "tree", "llamacpp")
 
 
 def _infgram(index: str, adaptive: bool = False) -> MethodDecl:
@@ -72,9 +73,12 @@ METHODS: dict[str, MethodDecl] = {
     "sd_suffix_decoding": MethodDecl(
         "tree", "suffix_decoding", inputs=("arctic_suffix", "responses")
     ),  # fmt: skip
+    # llama.cpp (built from its source release) on the model's own GGUF file: what a CPU user
+    # would run instead (kvspec.ngram.llamacpp_peer); a different engine, so not exact
+    "llamacpp_greedy": MethodDecl("llamacpp", "greedy", inputs=("llama_cpp", "gguf")),
+    "llamacpp_prompt_lookup": MethodDecl("llamacpp", "prompt_lookup", inputs=("llama_cpp", "gguf")),
 }
 METHOD_INPUTS: dict[str, tuple[str, ...]] = {name: d.inputs for name, d in METHODS.items()}
-GREEDY_ONLY = frozenset(name for name, d in METHODS.items() if d.loop == "tree")
 # which index each infini-gram method reads: (corpus, fraction) of results/ngram/<model>/
 INDEX_OF = {"index_sft": ("sft", "1"), "index_target": ("responses", "1")}
 # which acceptance rows calibrate an adaptive method: those of the index it drafts from

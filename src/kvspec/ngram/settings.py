@@ -27,7 +27,7 @@ def check_spec(config: Mapping[str, Any]) -> None:
         )
     _check_generate(spec, models)
     _check_acceptance(spec)
-    _check_speed(spec, datasets)
+    _check_speed(spec, datasets, models)
     _check_drafts(spec, models)
 
 
@@ -53,7 +53,9 @@ def _check_acceptance(spec: Mapping[str, Any]) -> None:
         _need(name in spec["heldout"], "spec.acceptance", f"unknown held-out set {name!r}")
 
 
-def _check_speed(spec: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
+def _check_speed(
+    spec: Mapping[str, Any], datasets: Mapping[str, Any], models: Mapping[str, Any]
+) -> None:
     speed = spec["speed"]
     for name, bench in speed["sets"].items():
         src = bench["prompts"]
@@ -66,6 +68,10 @@ def _check_speed(spec: Mapping[str, Any], datasets: Mapping[str, Any]) -> None:
     for model, run in speed["runs"].items():
         key = f"spec.speed.runs.{model}"
         _need(model in spec["generate"]["models"], key, "the model must be in spec.generate.models")
+        peers = [m for m in run["methods"] if m.startswith("llamacpp_")]
+        _need(not peers or bool(models[model].get("gguf")), f"{key}.methods",
+              f"{peers} run llama.cpp on the model's own GGUF file, and {model!r} has no "
+              "models.<name>.gguf source")  # fmt: skip
         for name in run["sets"]:
             _need(name in speed["sets"], f"{key}.sets", f"unknown benchmark set {name!r}")
         _need("greedy" in run["methods"], f"{key}.methods", "the baseline 'greedy' must be listed")

@@ -218,6 +218,8 @@ def speed_stage(
         },
         arctic_suffix=inputs.get("arctic_suffix"),
         corpus=_suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
+        llama_cpp=inputs.get("llama_cpp"),
+        gguf=inputs.get("gguf"),
     )
     prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
     methods_ = benchmark_methods(setup, methods, decode["modes"])

@@ -182,8 +182,13 @@ def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "max_support": spec["index"]["max_support"], **_run(c)}  # fmt: skip
 
 
-def _specdecode_arctic_build(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+def _no_params(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    """Builds of pinned peer releases: nothing in the config shapes them."""
     return {}
+
+
+def _models_gguf(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    return {"gguf": _model_of(c, "gguf"), "packages_dir": Wild(paths.PACKAGES)}
 
 
 def _specdecode_draft_latency(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,7 +269,9 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "ngram_index": _ngram_index,
     "specdecode_acceptance": _specdecode_acceptance,
     "specdecode_speed": _specdecode_speed,
-    "specdecode_arctic_build": _specdecode_arctic_build,
+    "specdecode_arctic_build": _no_params,
+    "specdecode_llamacpp_build": _no_params,
+    "models_gguf": _models_gguf,
     "specdecode_draft_latency": _specdecode_draft_latency,
     "specdecode_draft_quality": _specdecode_draft_quality,
     "sampling_sweep": _sampling("sweep"),

@@ -55,6 +55,8 @@ SHARD = "results/generate/{model}/shards/{shard}.jsonl"
 SHARD_STATE = "resources/checkpoints/generate/{model}/{shard}.jsonl"
 RESPONSES = "results/generate/{model}/responses.jsonl"
 ARCTIC_SUFFIX = "resources/arctic_suffix"  # Arctic Inference's suffix tree, built here
+LLAMA_CPP = "resources/llama_cpp"  # llama-cpp-python, built here from its source release
+GGUF = "results/gguf/{model}.gguf"  # a packaged model's own GGUF file (llama.cpp reads it)
 INDEX = "results/ngram/{model}/{corpus}_{fraction}"
 INDEX_STATS = "results/ngram/{model}/{corpus}_{fraction}.json"
 ACCEPTANCE = "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv"
@@ -117,6 +119,8 @@ LOG: dict[str, str] = {
     ),
     "specdecode_speed": "logs/specdecode/{model}/{bench}.log",
     "specdecode_arctic_build": "logs/specdecode/arctic_build.log",
+    "specdecode_llamacpp_build": "logs/specdecode/llamacpp_build.log",
+    "models_gguf": "logs/models/{model}_gguf.log",
     "specdecode_draft_latency": "logs/specdecode/{model}/draft_latency.log",
     "specdecode_draft_quality": "logs/draft_quality/{model}.log",
     "sampling_sweep": "logs/sampling/sweep.log",

@@ -377,6 +377,7 @@ def _pipeline(config: Mapping[str, Any], wildcards: Any) -> Need:
 
 ESTIMATES: dict[str, Estimate] = {
     "models_fetch": _fetch,
+    "models_gguf": _fetch,
     "covariance_collect": _covariance,
     "convert_factorize": _cpu_linear_algebra,
     "convert_mla": _cpu_linear_algebra,

@@ -133,6 +133,9 @@ class SpecPlan:
         if "arctic_suffix" in needs:
             inputs["arctic_suffix"] = paths.ARCTIC_SUFFIX
             inputs["responses"] = paths.RESPONSES.format(model=wildcards.model)
+        if "llama_cpp" in needs:
+            inputs["llama_cpp"] = paths.LLAMA_CPP
+            inputs["gguf"] = paths.GGUF.format(model=wildcards.model)
         for name in sorted(needs & set(INDEX_OF)):
             corpus, fraction = INDEX_OF[name]
             index = paths.INDEX.format(model=wildcards.model, corpus=corpus, fraction=fraction)

@@ -226,6 +226,8 @@ TABLE_4_7_LABELS = {
     "sd_hybrid_sft": "Prompt + Infinigram SFT hybrid, adaptive (ours)",
     "sd_hybrid_target_tree": "Request-local trie + Infinigram Target, draft tree (ours)",
     "sd_hybrid_sft_tree": "Request-local trie + Infinigram SFT, draft tree (ours)",
+    "llamacpp_greedy": "llama.cpp greedy, the model's GGUF file (peer engine)",
+    "llamacpp_prompt_lookup": "llama.cpp prompt lookup decoding, GGUF (peer engine)",
 }
 EAGLE = "Eagle-3 (Neural)"
 METHOD_ORDER = [
@@ -244,6 +246,8 @@ METHOD_ORDER = [
     "sd_prompt_lookup",
     "hf_prompt_lookup",
     "hf_greedy",
+    "llamacpp_prompt_lookup",
+    "llamacpp_greedy",
 ]
 
 
@@ -444,6 +448,10 @@ def render_speed(
         "Eagle-3 (Neural): not reproduced (no EAGLE-3 head exists for our models); its paper "
         "numbers are kept for reference. Our neural baselines are the draft-model rows.",
         "exact_vs_greedy: share of prompts whose output equals greedy decoding token for token.",
+        "llama.cpp rows (when listed): a peer engine, llama.cpp on the model's own GGUF file "
+        "(4-bit weights, 8-bit activations in its dot products), so its tokens may differ from "
+        "ours (exact_vs_greedy says how often); its speedup is over our greedy loop, and its "
+        "prompt lookup's gain is the ratio of its two rows' tok/s.",
         *stability_notes(read_summaries(item["main"])),
     ])  # fmt: skip
     latency = latency_table(read_json(inputs["latency"][0]))
