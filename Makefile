@@ -1,10 +1,10 @@
-# The two commands. Each creates .venv when it is missing.
+# The commands. Each creates .venv when it is missing.
 #   make reproduce   run the whole study at the mini scale (config/config.yaml);
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
 #   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
 #                    the slow real-model tests (pytest -m "not workflow and not slow")
 #   make test-all    the whole suite, what CI runs: + the whole DAG at ci scale, interrupted
-#                    runs, Slurm, the packaged real models, vLLM
+#                    runs, Slurm, the packaged real models, vLLM, the llama.cpp build
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
