@@ -29,17 +29,18 @@ QS = (1, 2, 4, 8, 16)
 @contextmanager
 def packed_linears(model: torch.nn.Module) -> Iterator[None]:
     """Every nn.Linear of `model` computing through an MKL-packed copy of its weight."""
-    saved = {}
+    # torch.ops.mkl: the op inductor's weight freezing emits; PyTorch has no public name for it
+    patched = []
     for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear) and "forward" not in vars(module):
             packed = torch.ops.mkl._mkl_reorder_linear_weight(module.weight.detach(), 1)
-            saved[module] = module.forward
             module.forward = _packed_forward(module, packed)
+            patched.append(module)
     try:
         yield
     finally:
-        for module, forward in saved.items():
-            module.forward = forward
+        for module in patched:
+            del module.forward  # the class's forward again
 
 
 def _packed_forward(module: torch.nn.Linear, packed: torch.Tensor):  # noqa: ANN202

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +23,7 @@ from typing import Any
 
 from kvspec.decoding.bench import Method, Run
 from kvspec.io import atomic_path
+from kvspec.ngram.source_build import download_sdist, pip, require_tools, run_checked
 
 VERSION = "0.3.36"
 DISKCACHE = "5.6.3"
@@ -39,34 +37,20 @@ CMAKE_ARGS = (
 
 def build_llama_cpp(dest: Path, threads: int = 1, version: str = VERSION) -> Path:
     """Build llama-cpp-python `version` from its source release into `dest` (atomically)."""
-    missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
-    if missing:
-        raise RuntimeError(f"building llama.cpp needs {missing} (Debian: apt-get install cmake "
-                           "g++)")  # fmt: skip
+    require_tools("llama.cpp")
     with tempfile.TemporaryDirectory() as work, atomic_path(dest) as out:
         env = {"CMAKE_ARGS": CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(threads)}
-        _run([sys.executable, "-m", "pip", "download", f"llama-cpp-python=={version}",
-              "--no-deps", "--no-binary", ":all:", "-d", work, "--quiet"], env)  # fmt: skip
-        sdist = sorted(Path(work).glob("llama_cpp_python-*.tar.gz"))
-        if not sdist:
-            raise RuntimeError(f"pip downloaded no llama-cpp-python {version} source release")
+        sdist = download_sdist("llama-cpp-python", version, Path(work))
         # its pure-Python dependency that the study's environment lacks (numpy, jinja2 and
         # typing-extensions are there already: not installed twice)
-        _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(out),
-              str(sdist[0]), f"diskcache=={DISKCACHE}", "--quiet"], env)  # fmt: skip
-        _run([sys.executable, "-c", "import llama_cpp"], {"PYTHONPATH": str(out)})
-        sha = hashlib.sha256(sdist[0].read_bytes()).hexdigest()
-        info = {"package": "llama-cpp-python", "version": version, "sdist": sdist[0].name,
+        pip("install", "--no-deps", "--target", str(out), str(sdist), f"diskcache=={DISKCACHE}",
+            env=env)  # fmt: skip
+        run_checked([sys.executable, "-c", "import llama_cpp"], {"PYTHONPATH": str(out)})
+        sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+        info = {"package": "llama-cpp-python", "version": version, "sdist": sdist.name,
                 "sdist_sha256": sha, "cmake_args": CMAKE_ARGS}  # fmt: skip
         (out / "BUILD.json").write_text(json.dumps(info, indent=2))
     return dest
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> None:
-    done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:5])} … failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}{done.stderr[-2000:]}")  # fmt: skip
 
 
 def import_llama_cpp(build_dir: str | Path) -> Any:

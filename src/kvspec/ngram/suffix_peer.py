@@ -29,6 +29,7 @@ from typing import Any
 
 from kvspec.decoding.tree import DraftTree
 from kvspec.io import atomic_path
+from kvspec.ngram.source_build import download_sdist, pip, require_tools, run_checked
 
 VERSION = "0.3.0"
 NANOBIND = "2.9.2"
@@ -39,43 +40,31 @@ DEFAULTS = {"max_tree_depth": 24, "max_spec_factor": 1.0, "max_spec_offset": 0.0
 
 def build_arctic_suffix(dest: Path, threads: int = 1, version: str = VERSION) -> Path:
     """Build `arctic_inference.suffix_decoding` into `dest` (atomically); return `dest`."""
-    missing = [tool for tool in ("cmake", "c++") if shutil.which(tool) is None]
-    if missing:
-        raise RuntimeError(f"building Arctic Inference's suffix tree needs {missing} "
-                           "(Debian: apt-get install cmake g++)")  # fmt: skip
+    require_tools("Arctic Inference's suffix tree")
     with tempfile.TemporaryDirectory() as work_dir, atomic_path(dest) as out:
         work = Path(work_dir)
-        sdist = _download(version, work)
+        sdist = download_sdist("arctic-inference", version, work, "--no-build-isolation")
         src = _extract(sdist, work, version)
         # not kvspec.models.packaged.install_packages: that module imports gguf, which the
         # evaluation environment of the rules reaching this one does not provide
-        _pip("install", "--no-deps", "--target", str(work / "nanobind"), f"nanobind=={NANOBIND}")
+        pip("install", "--no-deps", "--target", str(work / "nanobind"), f"nanobind=={NANOBIND}")
         env = {"PYTHONPATH": str(work / "nanobind")}
-        _run(["cmake", "-S", str(src / "csrc"), "-B", str(work / "build"),
+        run_checked(["cmake", "-S", str(src / "csrc"), "-B", str(work / "build"),
               f"-DPython_EXECUTABLE={sys.executable}"], env)  # fmt: skip
-        _run(["cmake", "--build", str(work / "build"), f"-j{threads}"], env)
+        run_checked(["cmake", "--build", str(work / "build"), f"-j{threads}"], env)
         pkg = out / "arctic_inference"
         shutil.copytree(src / "python", pkg / "suffix_decoding")
         (pkg / "__init__.py").write_text("")
         for lib in (work / "build").glob("_C*.so"):
             shutil.copy2(lib, pkg / "suffix_decoding" / lib.name)
         shutil.copy2(src / "LICENSE", out / "LICENSE")
-        _run([sys.executable, "-c", "from arctic_inference.suffix_decoding import "
+        run_checked([sys.executable, "-c", "from arctic_inference.suffix_decoding import "
               "SuffixDecodingCache"], {"PYTHONPATH": str(out)})  # fmt: skip
         sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
         info = {"package": "arctic-inference", "version": version, "sdist": sdist.name,
                 "sdist_sha256": sha, "nanobind": NANOBIND, "compiler": _compiler()}  # fmt: skip
         (out / "BUILD.json").write_text(json.dumps(info, indent=2))
     return dest
-
-
-def _download(version: str, work: Path) -> Path:
-    _pip("download", f"arctic-inference=={version}", "--no-deps", "--no-binary", ":all:",
-         "--no-build-isolation", "-d", str(work / "sdist"))  # fmt: skip
-    found = sorted((work / "sdist").glob("arctic_inference-*.tar.gz"))
-    if not found:
-        raise RuntimeError(f"pip downloaded no arctic-inference {version} source release")
-    return found[0]
 
 
 def _extract(sdist: Path, work: Path, version: str) -> Path:
@@ -97,19 +86,6 @@ def _extract(sdist: Path, work: Path, version: str) -> Path:
     if not (src / "csrc" / "CMakeLists.txt").exists():
         raise RuntimeError(f"{sdist.name} has no csrc/suffix_decoding/CMakeLists.txt")
     return src
-
-
-def _pip(*args: str) -> None:
-    _run([sys.executable, "-m", "pip", *args, "--quiet"], {})
-
-
-def _run(cmd: list[str], env: dict[str, str]) -> None:
-    import os
-
-    done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])} … failed ({done.returncode}):\n"
-                           f"{done.stdout[-2000:]}{done.stderr[-2000:]}")  # fmt: skip
 
 
 def _compiler() -> str:
