@@ -9,4 +9,5 @@ with log_to(snakemake.log[0]):
         snakemake.wildcards.alloc,
         int(snakemake.wildcards.rank),
         snakemake.output[0],
+        bounds=snakemake.params.job["bounds"],
     )

@@ -16,5 +16,7 @@ with log_to(snakemake.log[0]):
         cache=job["cache"],
         rope_width=job["rope_width"],
         schedule=job["schedule"],
+        shrinkage=job["shrinkage"],
+        rank_bounds=job["rank_bounds"],
         threads=snakemake.threads,
     )

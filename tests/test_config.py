@@ -50,6 +50,21 @@ def _set(cfg: dict, dotted: str, value) -> None:
         ("pipeline.pipeinfer.cutoff", 2.0, "pipeline.pipeinfer.cutoff"),  # a probability
         ("care.factorize.care_lambda", 1.5, "care.factorize.care_lambda"),
         ("sandbox.filesystem", "off", "sandbox.filesystem"),
+        ("care.factorize.care_shrinkage", "ridge", "care.factorize.care_shrinkage"),
+        ("care.heal.rank_bounds", [1.5, 2.0], "care.heal.rank_bounds"),
+        ("care.waterfill_bounds", [0.5, 0.8], "care.waterfill_bounds"),
+        ("care.heal.ablation.budget", 100, "care.heal.ablation.budget"),  # < one step
+        ("care.heal.ablation.reference", "svd", "care.heal.ablation.reference"),
+        (
+            "care.heal.ablation.variants.care-none.calibration",
+            "books",
+            "care.heal.ablation.variants.care-none.calibration",
+        ),
+        (
+            "care.heal.ablation.variants.care-bounded.rank_bounds",
+            [0.5, 0.9],
+            "care.heal.ablation.variants.care-bounded.rank_bounds",
+        ),
     ],
 )
 def test_bad_value_names_the_key(

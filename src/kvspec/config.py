@@ -325,6 +325,7 @@ def check_care(config: Mapping[str, Any]) -> None:
     _check_care_models(config, care)
     _check_eval_tasks(config, care)
     _check_heal_budgets(care)
+    _check_heal_ablation(care)
     _check_heal_rank(config, care)
     _check_decode_speed(config, care)
 
@@ -355,6 +356,37 @@ def _check_decode_speed(config: Mapping[str, Any], care: Mapping[str, Any]) -> N
             f"config key 'care.decode_speed.ranks': ranks {sorted(set(ranks) - set(table))} "
             f"are not among care.ranks {table}"
         )
+
+
+def _check_heal_ablation(care: Mapping[str, Any]) -> None:
+    """Ablation variants: known calibration sets, a reachable budget; every rank bound (heal,
+    ablation, CARE-E water-filling) around the mean rank."""
+    heal = care.get("heal") or {}
+    ablation = heal.get("ablation")
+    bounds = [("care.heal.rank_bounds", heal.get("rank_bounds")),
+              ("care.waterfill_bounds", care.get("waterfill_bounds"))]  # fmt: skip
+    for name, variant in ((ablation or {}).get("variants") or {}).items():
+        key = f"care.heal.ablation.variants.{name}"
+        if variant["calibration"] not in care["calibration"]["sets"]:
+            raise ConfigError(
+                f"config key '{key}.calibration': unknown calibration set "
+                f"{variant['calibration']!r} (keys of care.calibration.sets)"
+            )
+        bounds.append((f"{key}.rank_bounds", variant.get("rank_bounds")))
+    for key, pair in bounds:
+        if pair and not pair[0] <= 1 <= pair[1]:
+            raise ConfigError(f"config key '{key}': [lo, hi] must hold 1 (lo <= 1 <= hi)")
+    if ablation and ablation["reference"] not in ablation["variants"]:
+        raise ConfigError(
+            f"config key 'care.heal.ablation.reference': {ablation['reference']!r} is not a variant"
+        )
+    if ablation:
+        from kvspec.care.budgets import budget_steps, tokens_per_step  # pure, no torch
+
+        try:
+            budget_steps([ablation["budget"]], tokens_per_step(heal["train"]))
+        except ValueError as err:
+            raise ConfigError(f"config key 'care.heal.ablation.budget': {err}") from err
 
 
 def _check_heal_budgets(care: Mapping[str, Any]) -> None:

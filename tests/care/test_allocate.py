@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from kvspec.care.allocate import retained_energy, uniform_ranks, waterfill_ranks
+from kvspec.care.allocate import rank_limits, retained_energy, uniform_ranks, waterfill_ranks
 
 
 def _spectra(seed: int, n: int, length: int) -> list[torch.Tensor]:
@@ -23,10 +23,12 @@ def _spectra(seed: int, n: int, length: int) -> list[torch.Tensor]:
     return out
 
 
-def _brute_force(spectra: list[torch.Tensor], total: int, max_rank: int) -> float:
-    """max Σ_i Σ_{m ≤ r_i} σ² over all r with Σ r_i = total and 1 ≤ r_i ≤ max_rank."""
+def _brute_force(
+    spectra: list[torch.Tensor], total: int, max_rank: int, min_rank: int = 1
+) -> float:
+    """max Σ_i Σ_{m ≤ r_i} σ² over all r with Σ r_i = total and min_rank ≤ r_i ≤ max_rank."""
     best = -1.0
-    for ranks in itertools.product(range(1, max_rank + 1), repeat=len(spectra)):
+    for ranks in itertools.product(range(min_rank, max_rank + 1), repeat=len(spectra)):
         if sum(ranks) == total:
             best = max(best, retained_energy(spectra, ranks))
     return best
@@ -111,3 +113,30 @@ def test_budget_errors():
         waterfill_ranks([torch.tensor([1.0, -1.0])], 1, 2)
     with pytest.raises(ValueError, match="ranks"):
         retained_energy(spectra, [1, 1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bounded_waterfill_equals_the_bounded_brute_force_optimum(seed):
+    """The released CARE code's bounds [r/2, 2r]: every rank inside, the budget kept, and the
+    best retained energy among bounded allocations (below the unbounded optimum's)."""
+    spectra, r = _spectra(seed, 3, 12), 4
+    ranks = waterfill_ranks(spectra, 3 * r, 2 * r, min_rank=r // 2)
+    assert sum(ranks) == 3 * r and all(r // 2 <= x <= 2 * r for x in ranks)
+    bounded = _brute_force(spectra, 3 * r, 2 * r, min_rank=r // 2)
+    assert retained_energy(spectra, ranks) == pytest.approx(bounded, rel=1e-12)
+    assert bounded <= _brute_force(spectra, 3 * r, 12) + 1e-12
+
+
+def test_a_floor_binds_where_the_unbounded_allocation_starves_a_matrix():
+    spectra = [torch.tensor([10.0, 9.0, 8.0, 7.0]), torch.tensor([1.0, 0.1, 0.01, 0.001])]
+    assert waterfill_ranks(spectra, 4, 4) == [3, 1]
+    assert waterfill_ranks(spectra, 4, 4, min_rank=2) == [2, 2]
+    with pytest.raises(ValueError, match=r"\[6, 8\]"):
+        waterfill_ranks(spectra, 4, 4, min_rank=3)
+
+
+def test_rank_limits_round_inwards_and_stay_in_the_width():
+    assert rank_limits(96, 192) == (1, 192)  # no bounds: the thesis's Algorithm 2
+    assert rank_limits(96, 192, [0.5, 2.0]) == (48, 192)  # 2r capped at the width
+    assert rank_limits(5, 64, [0.5, 2.0]) == (3, 10)
+    assert rank_limits(5, 64, [1.0, 1.0]) == (5, 5)

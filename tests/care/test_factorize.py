@@ -103,6 +103,18 @@ def test_care_weighting_is_shrunk_square_root(problem):
     )
 
 
+@pytest.mark.parametrize("shrinkage", ["mean_diag", "none"])
+def test_other_shrinkages_are_the_released_damping_and_none(problem, shrinkage):
+    """mean_diag: C + lam_frac·mean(diag C)·I (the released CARE code's percdamp; α unused);
+    none: C itself."""
+    cov, eye = problem["cov"], torch.eye(D, dtype=torch.float64)
+    wt = care_weighting(cov, 0.05, 1e-2, shrinkage)
+    damp = 1e-2 * float(torch.diagonal(cov).mean()) if shrinkage == "mean_diag" else 0.0
+    torch.testing.assert_close(wt.s @ wt.s, cov + damp * eye, atol=1e-9, rtol=1e-9)
+    with pytest.raises(ValueError, match="shrinkage"):
+        care_weighting(cov, 0.05, 1e-2, "ridge")
+
+
 def test_care_handles_rank_deficient_covariance(problem):
     x = _anisotropic_data(n=10)  # 10 samples in 48 dims: singular covariance
     f = factorize(problem["w"], OUT, "care", cov=x.T @ x / 10)

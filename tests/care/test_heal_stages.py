@@ -15,12 +15,13 @@ from transformers import AutoModelForCausalLM
 
 import kvspec.care.heal as heal_mod
 from kvspec.care.covariance import collect_covariances, save_stats
-from kvspec.care.heal_stages import heal_stage, restore_stage
+from kvspec.care.heal_stages import ablation_stage, heal_stage, restore_stage
 from kvspec.models.build import build_model
 from kvspec.models.tokenizer import train_tokenizer
 
 TEXT = "healing text about cats and dogs and the weather in the park today and tomorrow"
-OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "asvd_alpha": 0.5, "randomized": False}
+OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "care_shrinkage": "lambda_max",
+        "asvd_alpha": 0.5, "randomized": False}  # fmt: skip
 TRAIN = {"budgets": [64, 192], "seq_len": 16, "micro_batch": 2, "accum": 2, "lr": 3e-3,
          "warmup_steps": 1, "eval_every": 1, "eval_windows": 4, "ckpt_every": 1}  # fmt: skip
 DATA = {"max_tokens": 5000, "val_fraction": 0.1}
@@ -157,3 +158,40 @@ def test_fsdp_over_two_processes_heals_like_one_process(setup, tmp_path) -> None
         wa, wb = (AutoModelForCausalLM.from_pretrained(d).state_dict() for d in (a, b))
         for name, weight in wa.items():
             torch.testing.assert_close(wb[name], weight, rtol=1e-3, atol=1e-5)
+
+
+def _ablation(setup, out: Path, variant: dict, state: Path | None = None) -> dict:
+    restore = {"rank": 16, "freqfold": 4, "cache": "matched", "rope_width": None}
+    variant = {"shrinkage": None, "schedule": "uniform", "rank_bounds": None, **variant}
+    ablation_stage(str(setup["teacher"]), str(setup["stats"]), str(setup["data"]), str(out),
+                   variant=variant, restore=restore, factorize_opts=OPTS, kind="text",
+                   data_opts=DATA, train_opts={**TRAIN, "budgets": [64]}, seed=0,
+                   state_path=str(state) if state else None)  # fmt: skip
+    return json.loads(out.read_text())
+
+
+def test_ablation_rows_heal_to_the_budget_and_care_without_shrinkage_is_pca(setup, tmp_path):
+    """The entry point of rule heal_ablation: the identity row (CARE without shrinkage) starts
+    and ends where TransMLA's PCA row does; λ_max shrinkage starts elsewhere; bounded
+    water-filling keeps every layer's rank in [r/2, 2r] and the cache."""
+    pca = _ablation(setup, tmp_path / "pca.json", {"method": "transmla-pca"})
+    none = _ablation(setup, tmp_path / "none.json",
+                     {"method": "transmla-care", "shrinkage": "none"})  # fmt: skip
+    lam = _ablation(setup, tmp_path / "lam.json",
+                    {"method": "transmla-care", "shrinkage": "lambda_max"})  # fmt: skip
+    assert pca["budget"] == 64 and [r["tokens"] for r in pca["curve"]][-1] == 64
+    assert set(pca["val_nll_windows"]) == {"0", "64"}
+
+    def gap(run: dict, tokens: str) -> float:
+        theirs, ours = run["val_nll_windows"][tokens], pca["val_nll_windows"][tokens]
+        return float(np.abs(np.subtract(theirs, ours)).max())
+
+    assert gap(none, "0") < 1e-6 and gap(none, "64") < 1e-6  # measured: 0.0 and 0.0
+    assert gap(lam, "0") > 1e-5  # measured 9.0e-5 on this tiny model
+    bounded = _ablation(setup, tmp_path / "bounded.json",
+                        {"method": "transmla-care", "schedule": "waterfill",
+                         "rank_bounds": [0.5, 2.0]})  # fmt: skip
+    ranks, lat = bounded["restoration"]["latent_ranks"], bounded["restoration"]["kv_lora_rank"]
+    assert sum(ranks) == 2 * lat and all(lat / 2 <= r <= 2 * lat for r in ranks)
+    assert bounded["restoration"]["kv_cache"]["per_layer"] == 32
+    assert bounded["restoration"]["shrinkage"] == "lambda_max"  # the factorize options'

@@ -30,7 +30,8 @@ from kvspec.models.tokenizer import train_tokenizer
 from .test_convert import ARCHS, FULL, _ids, _source
 
 TEXT = "calibration text about cats and dogs and the weather in the park today"
-OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "asvd_alpha": 0.5, "randomized": False}
+OPTS = {"care_alpha": 0.05, "care_lambda": 0.01, "care_shrinkage": "lambda_max",
+        "asvd_alpha": 0.5, "randomized": False}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +128,11 @@ def test_stages_end_to_end(tmp_path, saved) -> None:
     factorize_stage(str(saved), cov, str(factors), method="care", opts=OPTS, seed=0)
     allocate_stage(str(factors), "waterfill", 4, str(tmp_path / "w.json"))
     allocate_stage(str(factors), "uniform", FULL, str(tmp_path / "full.json"))
+    allocate_stage(str(factors), "waterfill", 4, str(tmp_path / "b.json"), bounds=[0.75, 1.25])
+    bounded = load_plan(tmp_path / "b.json")
+    assert all(3 <= r <= 5 for r in bounded["ranks_k"] + bounded["ranks_v"])
+    assert sum(bounded["ranks_k"] + bounded["ranks_v"]) == 4 * 4
+    assert bounded["bounds"] == [0.75, 1.25]
     plan = load_plan(tmp_path / "w.json")
     assert sum(plan["ranks_k"]) + sum(plan["ranks_v"]) == 2 * 2 * 4
     assert 0 < plan["retained_energy"] <= plan["total_energy"]

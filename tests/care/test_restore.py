@@ -366,3 +366,33 @@ def test_padded_latent_components_get_no_gradient() -> None:
         assert attn.kv_a_proj_with_mqa.weight.grad[rank:width].abs().sum() == 0
         assert attn.kv_b_proj.weight.grad[:, rank:width].abs().sum() == 0
         assert attn.kv_a_proj_with_mqa.weight.grad[:rank].abs().max() > 0
+
+
+def test_care_without_shrinkage_is_transmla_pca() -> None:
+    """The identity behind the Table 3.3 ablation: the SVD of √C·Zᵀ has the eigenvectors of
+    Z·C·Zᵀ as right singular vectors and gives A = Zᵀ·U, so CARE's restoration without
+    shrinkage (same covariance, uniform ranks) is TransMLA's PCA one; with the thesis's
+    λ_max-scaled shrinkage it is not."""
+    llama, covs, ids = _llama(kv_heads=2), _covs(2), torch.randint(0, 64, (2, 24))
+    llama = llama.double()
+    pca = _logits(restore_model(llama, covs, RestoreSpec("transmla-pca", 12, 2)), ids)
+    for shrinkage, same in (("none", True), ("lambda_max", False), ("mean_diag", False)):
+        spec = RestoreSpec("transmla-care", 12, 2, shrinkage=shrinkage, care_alpha=0.05)
+        diff = (_logits(restore_model(llama, covs, spec), ids) - pca).abs().max()
+        assert (diff < 1e-9) == same, (shrinkage, float(diff))
+
+
+def test_rank_bounds_keep_every_layer_inside_and_the_budget() -> None:
+    llama = _llama(kv_heads=2)
+    with torch.no_grad():
+        llama.model.layers[1].self_attn.v_proj.weight.mul_(100.0)  # layer 0 would starve
+    covs, lat = _covs(2), 20
+    free = restore_model(llama, covs, RestoreSpec("transmla-care", lat, 2, schedule="waterfill"))
+    bounded = RestoreSpec("transmla-care", lat, 2, schedule="waterfill", rank_bounds=(0.75, 2.0))
+    ranks = restore_model(llama, covs, bounded).config.kvspec_latent_ranks
+    assert min(free.config.kvspec_latent_ranks) < 15
+    assert sum(ranks) == 2 * lat and min(ranks) == 15
+    with pytest.raises(ValueError, match="rank_bounds"):
+        RestoreSpec("transmla-care", lat, 2, schedule="waterfill", rank_bounds=(1.5, 2.0))
+    with pytest.raises(ValueError, match="shrinkage"):
+        RestoreSpec("transmla-care", lat, 2, shrinkage="ridge")

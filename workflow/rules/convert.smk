@@ -44,6 +44,8 @@ if PLAN.care:
         threads: 1
         resources:
             **PLAN.resources("convert_allocate"),
+        params:
+            job=PLAN.params("convert_allocate"),
         script:
             script_path("convert_allocate.py")
 

@@ -1,7 +1,8 @@
 # Stage heal (CARE, thesis 3.3.6 and Table 3.3): full MLA restoration (TransMLA layout, with
 # weight-space or CARE's covariance-weighted latent), then CE + KD healing of every student
 # with a checkpoint at each token budget (evaluated in evaluate.smk).
-# {method} is svd (the plain SVD MLA model), transmla, transmla-pca or transmla-care.
+# {method} is svd (the plain SVD MLA model), transmla, transmla-pca or transmla-care;
+# {variant} is a row of the Table 3.3 ablation (care.heal.ablation.variants).
 
 
 if PLAN.heal:
@@ -52,3 +53,28 @@ if PLAN.heal:
             job=PLAN.params("heal_train"),
         script:
             script_path("heal_train.py")
+
+    if PLAN.heal.ablation():
+
+        rule heal_ablation:
+            input:
+                model=P.MODEL,
+                stats=PLAN.heal.ablation_stats,
+                data=PLAN.heal.data(),
+            output:
+                P.HEAL_ABLATION,
+            log:
+                P.LOG["heal_ablation"],
+            benchmark:
+                P.BENCH["heal_ablation"]
+            wildcard_constraints:
+                variant=one_of(PLAN.heal.ablation()),
+            conda:
+                env_path("training")
+            threads: 2
+            resources:
+                **PLAN.resources("heal_ablation"),
+            params:
+                job=PLAN.params("heal_ablation"),
+            script:
+                script_path("heal_ablation.py")

@@ -1,8 +1,8 @@
 """Rank allocation across the K/V matrices of a model: uniform, or water-filling on spectra.
 
-Water-filling (thesis Algorithm 2) starts every matrix at rank 1 and spends the remaining
-budget one rank at a time on the matrix whose next singular value carries the most energy
-(σ², the squared activation-weighted singular value). Because every spectrum is sorted in
+Water-filling (thesis Algorithm 2) starts every matrix at rank 1 (or a floor) and spends the
+remaining budget one rank at a time on the matrix whose next singular value carries the most
+energy (σ², the squared activation-weighted singular value). Because every spectrum is sorted in
 descending order the marginal gains are non-increasing, so this greedy choice maximises the
 total retained energy Σ_i Σ_{m ≤ r_i} σ_{i,m}² exactly.
 """
@@ -10,6 +10,7 @@ total retained energy Σ_i Σ_{m ≤ r_i} σ_{i,m}² exactly.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 
 import torch
@@ -39,32 +40,47 @@ def _energies(spectrum: Tensor, max_rank: int) -> list[float]:
     return energy + [0.0] * (max_rank - len(energy))
 
 
-def waterfill_ranks(spectra: Sequence[Tensor], total: int, max_rank: int) -> list[int]:
-    """Ranks r_i (1 ≤ r_i ≤ max_rank, Σ r_i = total) maximising the retained energy Σ σ².
+def waterfill_ranks(
+    spectra: Sequence[Tensor], total: int, max_rank: int, min_rank: int = 1
+) -> list[int]:
+    """Ranks r_i (min_rank ≤ r_i ≤ max_rank, Σ r_i = total) maximising the retained energy Σ σ².
 
-    Ties go to the matrix with the lower index, so the result is deterministic.
+    Every matrix starts at `min_rank` (1: the thesis's Algorithm 2; the released CARE code
+    bounds its dynamic ranks to [r/2, 2r]). Ties go to the matrix with the lower index, so the
+    result is deterministic.
     """
     n = len(spectra)
     if n == 0:
         raise ValueError("need at least one spectrum")
-    _check_int("max_rank", max_rank, 1)
+    _check_int("min_rank", min_rank, 1)
+    _check_int("max_rank", max_rank, min_rank)
     _check_int("total", total, 0)
-    if not n <= total <= n * max_rank:
+    if not n * min_rank <= total <= n * max_rank:
         raise ValueError(
-            f"total rank budget {total} must lie in [{n}, {n * max_rank}] "
-            f"for {n} matrices with ranks in [1, {max_rank}]"
+            f"total rank budget {total} must lie in [{n * min_rank}, {n * max_rank}] "
+            f"for {n} matrices with ranks in [{min_rank}, {max_rank}]"
         )
     energies = [_energies(s, max_rank) for s in spectra]
-    ranks = [1] * n
+    ranks = [min_rank] * n
     # min-heap on (-energy of the next singular value, matrix index)
-    heap = [(-e[1], i) for i, e in enumerate(energies) if max_rank > 1]
+    heap = [(-e[min_rank], i) for i, e in enumerate(energies) if max_rank > min_rank]
     heapq.heapify(heap)
-    for _ in range(total - n):
+    for _ in range(total - n * min_rank):
         _, i = heapq.heappop(heap)
         ranks[i] += 1
         if ranks[i] < max_rank:
             heapq.heappush(heap, (-energies[i][ranks[i]], i))
     return ranks
+
+
+def rank_limits(rank: int, width: int, bounds: Sequence[float] | None = None) -> tuple[int, int]:
+    """[min, max] rank of a water-filled matrix whose mean rank is `rank`: [1, width], or
+    [⌈lo·rank⌉, ⌊hi·rank⌋] within it for `bounds` (lo, hi) with lo ≤ 1 ≤ hi (the released
+    CARE code's dynamic ranks: [0.5, 2.0])."""
+    if not bounds:
+        return 1, width
+    low, high = max(1, math.ceil(bounds[0] * rank)), min(width, math.floor(bounds[1] * rank))
+    return min(low, rank), max(high, rank)
 
 
 def retained_energy(spectra: Sequence[Tensor], ranks: Sequence[int]) -> float:

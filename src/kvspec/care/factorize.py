@@ -7,6 +7,9 @@ undoes the weighting, so that X·Wᵀ ≈ (X·A)·B with A (d, r) and B (r, out)
 * ``asvd``: S = diag(mean|x|^alpha). A cheap per-channel activation-aware scaling.
 * ``care``: S = √C_λ with C_λ = (1−α)C + αλI. Minimises the activation-space error
   ‖√C_λ(Wᵀ − Ŵ)‖_F, i.e. the expected ‖X(Wᵀ − Ŵ)‖² under the (shrunk) input covariance.
+  The shrinkage (`SHRINKAGES`): ``lambda_max`` λ = lam_frac·λ_max(C) (the thesis's form);
+  ``mean_diag`` C + lam_frac·mean(diag C)·I (the released CARE code's `percdamp` damping, α
+  unused); ``none`` C itself.
 
 W is in torch ``nn.Linear`` layout (out, d). The singular values of M are returned too,
 because the water-filling rank allocator compares them across matrices.
@@ -24,6 +27,7 @@ from kvspec.care.vocabulary import FACTORIZATIONS
 
 Method = Literal["svd", "asvd", "care"]
 METHODS: tuple[str, ...] = FACTORIZATIONS
+SHRINKAGES = ("lambda_max", "mean_diag", "none")
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,11 @@ def _check_rank(rank: int, weight: Tensor) -> None:
         )
 
 
-def care_weighting(cov: Tensor, alpha: float = 0.05, lam_frac: float = 1e-2) -> Weighting:
-    """√C_λ and its inverse for C_λ = (1−α)C + αλI, λ = lam_frac · λ_max(C).
+def care_weighting(
+    cov: Tensor, alpha: float = 0.05, lam_frac: float = 1e-2, shrinkage: str = "lambda_max"
+) -> Weighting:
+    """√C_λ and its inverse for the shrunk covariance C_λ (see the module text): by default
+    (1−α)C + αλI with λ = lam_frac · λ_max(C).
 
     The shrinkage keeps √C_λ invertible (calibration covariances are often rank deficient) while
     leaving the dominant activation directions untouched.
@@ -81,10 +88,21 @@ def care_weighting(cov: Tensor, alpha: float = 0.05, lam_frac: float = 1e-2) -> 
     top = float(evals[-1].clamp_min(0.0))
     if top <= 0.0:
         raise ValueError("covariance is zero: no calibration activations were recorded")
-    shrunk = (1.0 - alpha) * evals.clamp_min(0.0) + alpha * lam_frac * top  # (d,)
-    shrunk = shrunk.clamp_min(top * 1e-12)  # only bites when alpha or lam_frac is 0
+    shrunk = _shrunk(evals.clamp_min(0.0), alpha, lam_frac, shrinkage)  # (d,)
+    shrunk = shrunk.clamp_min(top * 1e-12)  # only bites without shrinkage
     root = shrunk.sqrt()
     return Weighting(s=(evecs * root) @ evecs.T, s_inv=(evecs / root) @ evecs.T)
+
+
+def _shrunk(evals: Tensor, alpha: float, lam_frac: float, shrinkage: str) -> Tensor:
+    """Eigenvalues of C_λ from those of C (C_λ shares C's eigenvectors in every form)."""
+    if shrinkage == "lambda_max":
+        return (1.0 - alpha) * evals + alpha * lam_frac * float(evals[-1])
+    if shrinkage == "mean_diag":  # trace / d = mean of diag C
+        return evals + lam_frac * float(evals.mean())
+    if shrinkage == "none":
+        return evals
+    raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {shrinkage!r}")
 
 
 def asvd_weighting(mean_abs: Tensor, alpha: float = 0.5) -> Weighting:
@@ -107,6 +125,7 @@ def weighting_for(
     alpha: float = 0.05,
     lam_frac: float = 1e-2,
     asvd_alpha: float = 0.5,
+    shrinkage: str = "lambda_max",
 ) -> Weighting:
     """The left weighting S used by `method` for inputs of width `d`."""
     _check_method(method)
@@ -120,7 +139,7 @@ def weighting_for(
     else:
         if cov is None:
             raise ValueError("method 'care' needs the input covariance C from calibration")
-        weighting = care_weighting(cov, alpha, lam_frac)
+        weighting = care_weighting(cov, alpha, lam_frac, shrinkage)
     if weighting.s.shape[0] != d:
         raise ValueError(
             f"calibration statistics have width {weighting.s.shape[0]}, weight has {d}"
@@ -166,6 +185,7 @@ def factorize(
     asvd_alpha: float = 0.5,
     randomized: bool = False,
     seed: int = 0,
+    shrinkage: str = "lambda_max",
 ) -> Factors:
     """Rank-`rank` factors of W (out, d) so that X·Wᵀ ≈ (X·A)·B, by `method`.
 
@@ -177,7 +197,7 @@ def factorize(
     _check_weight(weight)
     _check_rank(rank, weight)
     w = weight.detach().to(torch.float64)  # (out, d)
-    wt = weighting_for(method, w.shape[1], cov, mean_abs, alpha, lam_frac, asvd_alpha)
+    wt = weighting_for(method, w.shape[1], cov, mean_abs, alpha, lam_frac, asvd_alpha, shrinkage)
     u, s, vh = _svd(wt.s @ w.T, rank, randomized, seed)  # (d, k), (k,), (k, out)
     a = wt.s_inv @ (u[:, :rank] * s[:rank])  # (d, r)
     b = vh[:rank]  # (r, out)
@@ -193,12 +213,13 @@ def weighted_spectrum(
     alpha: float = 0.05,
     lam_frac: float = 1e-2,
     asvd_alpha: float = 0.5,
+    shrinkage: str = "lambda_max",
 ) -> Tensor:
     """All min(d, out) singular values (float64, descending) of the matrix `method` decomposes."""
     _check_method(method)
     _check_weight(weight)
     w = weight.detach().to(torch.float64)  # (out, d)
-    wt = weighting_for(method, w.shape[1], cov, mean_abs, alpha, lam_frac, asvd_alpha)
+    wt = weighting_for(method, w.shape[1], cov, mean_abs, alpha, lam_frac, asvd_alpha, shrinkage)
     return torch.linalg.svdvals(wt.s @ w.T)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from kvspec.care.restore import (
     rope_per_group,
 )
 from kvspec.io import atomic_path, write_json, write_text
-from kvspec.models.load import load_model, use_threads
+from kvspec.models.load import load_model, load_weights, use_threads
 from kvspec.models.parallel import rank_and_world
 from kvspec.provenance import config_hash, provenance
 
@@ -43,59 +44,72 @@ def restore_stage(
     cache: str = "matched",
     rope_width: int | None = None,
     schedule: str = "uniform",
+    shrinkage: str | None = None,
+    rank_bounds: list[float] | None = None,
     threads: int | None = None,
 ) -> None:
     """Restore the Llama model in `model_dir` to DeepSeek-V3 attention at MLA rank `rank` and
     save it: the cache of a rank-r CARE model (2·r per token and layer, ``matched``) or
-    kv_lora_rank r + the RoPE key (``official``)."""
+    kv_lora_rank r + the RoPE key (``official``). `shrinkage` (None: the factorize options')
+    and `rank_bounds` (fractions of the mean latent rank) are CARE's settings."""
     use_threads(threads)
+    settings = {"method": method, "rank": rank, "freqfold": freqfold, "cache": cache,
+                "rope_width": rope_width, "schedule": schedule, "shrinkage": shrinkage,
+                "rank_bounds": rank_bounds}  # fmt: skip
     model, tok = load_model(model_dir)
-    head_dim = getattr(model.config, "head_dim", None) or (
-        model.config.hidden_size // model.config.num_attention_heads
-    )
-    per_group = rope_per_group(head_dim, freqfold, rope_width)
-    spec = RestoreSpec(
-        method=method,
-        kv_lora_rank=latent_rank(model.config, rank, freqfold, cache, per_group),
-        freqfold=freqfold,
-        rope_per_group=per_group,
-        schedule=schedule,
-        care_alpha=factorize_opts["care_alpha"],
-        care_lambda=factorize_opts["care_lambda"],
-    )
-    restored = restore_model(model, load_stats(stats_path).cov, spec)
-    restored.config.kvspec_full_kv_per_token = kv_cache_widths(model)["full"]
+    restored, record = restoration(model, stats_path, settings, factorize_opts)
     restored.generation_config = model.generation_config
-    cache = kv_cache_per_token(restored.config)
-    log.info(
-        "%s: rank %d -> kv_lora_rank %d (%s) + RoPE key %d = %g cached numbers per token "
-        "and layer; latent ranks per layer %s",
-        method,
-        rank,
-        spec.kv_lora_rank,
-        schedule,
-        restored.config.qk_rope_head_dim,
-        cache["per_layer"],
-        getattr(restored.config, "kvspec_latent_ranks", None) or "uniform",
-    )
-    record = provenance(
-        {
-            "method": method,
-            "rank": rank,
-            "freqfold": freqfold,
-            "cache": cache,
-            "rope_per_group": per_group,
-            "schedule": schedule,
-            **factorize_opts,
-        },
-        source=model_dir,
-        stats=stats_path,
-        kv_cache=cache,
-    )
+    record = provenance(record, source=model_dir, stats=stats_path, kv_cache=record["kv_cache"])
     with atomic_path(out_dir) as tmp:
         restored.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "kvspec_provenance.json", record)
+
+
+def restoration(
+    model: Any, stats_path: str, settings: dict[str, Any], factorize_opts: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """The restored DeepSeek-V3 model of `model` and a record of its settings, latent ranks
+    and cache. `settings`: method, rank, freqfold, cache, rope_width, schedule, shrinkage,
+    rank_bounds (the last two may be None)."""
+    head_dim = getattr(model.config, "head_dim", None) or (
+        model.config.hidden_size // model.config.num_attention_heads
+    )
+    s = settings
+    per_group = rope_per_group(head_dim, s["freqfold"], s["rope_width"])
+    bounds = s["rank_bounds"]
+    spec = RestoreSpec(
+        method=s["method"],
+        kv_lora_rank=latent_rank(model.config, s["rank"], s["freqfold"], s["cache"], per_group),
+        freqfold=s["freqfold"],
+        rope_per_group=per_group,
+        schedule=s["schedule"],
+        care_alpha=factorize_opts["care_alpha"],
+        care_lambda=factorize_opts["care_lambda"],
+        shrinkage=s["shrinkage"] or factorize_opts["care_shrinkage"],
+        rank_bounds=tuple(bounds) if bounds else None,
+    )
+    restored = restore_model(model, load_stats(stats_path).cov, spec)
+    restored.config.kvspec_full_kv_per_token = kv_cache_widths(model)["full"]
+    cache = kv_cache_per_token(restored.config)
+    ranks = getattr(restored.config, "kvspec_latent_ranks", None)
+    log.info(
+        "%s: rank %d -> kv_lora_rank %d (%s, shrinkage %s) + RoPE key %d = %g cached numbers "
+        "per token and layer; latent ranks per layer %s",
+        s["method"],
+        s["rank"],
+        spec.kv_lora_rank,
+        s["schedule"],
+        spec.shrinkage,
+        restored.config.qk_rope_head_dim,
+        cache["per_layer"],
+        ranks or "uniform",
+    )
+    record = {**s, "rope_per_group": per_group, **factorize_opts, "shrinkage": spec.shrinkage,
+              "kv_lora_rank": spec.kv_lora_rank,
+              "latent_ranks": ranks or [spec.kv_lora_rank] * restored.config.num_hidden_layers,
+              "kv_cache": cache}  # fmt: skip
+    return restored, record
 
 
 def healing_tokens(
@@ -127,7 +141,7 @@ def heal_stage(
 ) -> None:
     """Heal the student; `outputs`: models (one dir per budget), curve (CSV), stats (JSON)."""
     use_threads(threads)
-    spec = HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
+    spec = _heal_spec(train_opts, seed)
     args = (student_dir, teacher_dir, data, kind, data_opts, spec, outputs, state_path)
     if spec.processes > 1:  # one process per GPU (gloo processes on CPU)
         from kvspec.models.parallel import launch
@@ -192,6 +206,63 @@ def _heal_and_write(
         Path(state_path).unlink(missing_ok=True)
         for path in staged.values():
             shutil.rmtree(path, ignore_errors=True)
+
+
+def ablation_stage(
+    model_dir: str,
+    stats_path: str,
+    data: str,
+    out_path: str,
+    *,
+    variant: dict[str, Any],
+    restore: dict[str, Any],
+    factorize_opts: dict[str, Any],
+    kind: str,
+    data_opts: dict[str, Any],
+    train_opts: dict[str, Any],
+    seed: int,
+    state_path: str | None = None,
+    threads: int | None = None,
+) -> None:
+    """One row of the Table 3.3 ablation: restore with the variant's settings (method,
+    shrinkage, rank schedule and bounds, over the variant's calibration statistics), heal it
+    to the one budget in `train_opts`, and write the validation curve, the per-window NLLs at
+    step 0 and at the budget, and the per-layer latent ranks (no checkpoint is kept)."""
+    use_threads(threads)
+    settings = {**restore, "method": variant["method"], "schedule": variant["schedule"],
+                "shrinkage": variant.get("shrinkage"),
+                "rank_bounds": variant.get("rank_bounds")}  # fmt: skip
+    spec = _heal_spec(train_opts, seed)
+    teacher, tok = load_model(model_dir)
+    restored, record = restoration(teacher, stats_path, settings, factorize_opts)
+    with tempfile.TemporaryDirectory(prefix="kvspec-ablation-") as tmp:
+        restored.save_pretrained(tmp)  # healed as heal_train heals: loaded from its directory
+        student = load_weights(tmp)
+    del restored
+    train_ids, val_ids = healing_tokens(data, kind, tok, data_opts, spec.seq_len, spec.seed)
+    started = time.perf_counter()
+    fingerprint = config_hash([model_dir, stats_path, data, data_opts, record])
+    curve = heal(student, teacher, train_ids, val_ids, spec, lambda *_: None, state_path,
+                 fingerprint)  # fmt: skip
+    result = {
+        "variant": variant,
+        "restoration": record,
+        "budget": spec.budgets[0],
+        "seconds": time.perf_counter() - started,
+        "val_ppl_start": curve[0]["val_ppl"],
+        "val_ppl_end": curve[-1]["val_ppl"],
+        "teacher_val_ppl": curve[0].get("teacher_val_ppl"),
+        "val_nll_windows": _window_nlls(curve, spec),
+        "curve": [{k: v for k, v in row.items() if k != "val_nll"} for row in curve],
+        "provenance": provenance(data_opts, spec=repr(spec), source=model_dir, stats=stats_path),
+    }
+    write_json(out_path, result)
+    if state_path:
+        Path(state_path).unlink(missing_ok=True)
+
+
+def _heal_spec(train_opts: dict[str, Any], seed: int) -> HealSpec:
+    return HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
 
 
 def _window_nlls(curve: list[dict[str, Any]], spec: HealSpec) -> dict[str, list[float]]:

@@ -60,7 +60,8 @@ def factorize_stage(
 ) -> None:
     """Full-rank factors and spectra of every K/V matrix by `method`, saved to `out`.
 
-    `opts`: care_alpha, care_lambda, asvd_alpha, randomized (the `care.factorize` config).
+    `opts`: care_alpha, care_lambda, care_shrinkage, asvd_alpha, randomized (the
+    `care.factorize` config).
     """
     use_threads(threads)
     model, _ = load_model(model_dir, dtype=dtype)
@@ -71,6 +72,7 @@ def factorize_stage(
         stats,
         alpha=opts["care_alpha"],
         lam_frac=opts["care_lambda"],
+        shrinkage=opts["care_shrinkage"],
         asvd_alpha=opts["asvd_alpha"],
         randomized=opts["randomized"],
         seed=seed,

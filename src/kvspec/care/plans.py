@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvspec.care.allocate import retained_energy, uniform_ranks, waterfill_ranks
+from kvspec.care.allocate import rank_limits, retained_energy, uniform_ranks, waterfill_ranks
 from kvspec.care.sensitivity import drop_group_plan, halve_layer_plan
 from kvspec.care.store import load_factors, plan_record, spectra
 from kvspec.io import write_json
@@ -16,8 +16,12 @@ from kvspec.provenance import provenance
 ALLOCATIONS = ("uniform", "waterfill")
 
 
-def allocate_stage(factors_path: str, allocation: str, rank: int, out: str) -> None:
-    """Per-matrix ranks with average `rank` (budget 2·L·rank), uniform or water-filled."""
+def allocate_stage(
+    factors_path: str, allocation: str, rank: int, out: str, bounds: list[float] | None = None
+) -> None:
+    """Per-matrix ranks with average `rank` (budget 2·L·rank), uniform or water-filled; with
+    `bounds` (lo, hi) water-filled ranks stay within [lo·rank, hi·rank] (the released CARE
+    code's dynamic ranks: [0.5, 2.0]; None: [1, g_h·d_h], the thesis's Algorithm 2)."""
     if allocation not in ALLOCATIONS:
         raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
     factors = load_factors(factors_path)
@@ -25,10 +29,11 @@ def allocate_stage(factors_path: str, allocation: str, rank: int, out: str) -> N
     if not 1 <= rank <= limit:
         raise ValueError(f"rank {rank} outside [1, {limit}] (g_h·d_h of this model)")
     spec = spectra(factors)
+    low, high = rank_limits(rank, limit, bounds)
     if allocation == "uniform":
         ranks = uniform_ranks(len(factors), rank)
     else:
-        ranks = waterfill_ranks(spec, total=len(factors) * rank, max_rank=limit)
+        ranks = waterfill_ranks(spec, len(factors) * rank, high, min_rank=low)
     record = plan_record(
         ranks,
         kind=allocation,
@@ -36,6 +41,7 @@ def allocate_stage(factors_path: str, allocation: str, rank: int, out: str) -> N
         max_rank=limit,
         budget=len(factors) * rank,
         retained_energy=retained_energy(spec, ranks),
+        bounds=list(bounds) if bounds and allocation != "uniform" else None,
         total_energy=retained_energy(spec, [limit] * len(factors)),
         provenance=provenance({"allocation": allocation, "rank": rank}),
     )

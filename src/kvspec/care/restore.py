@@ -17,10 +17,12 @@ Per layer, with g KV heads of width d and the K/V input covariance C (from calib
    (K part balanced to V's RMS first, as TransMLA's BKV). Z is factored at rank r_lat:
    ``transmla``: weight-space SVD of Z (the thesis's description); ``transmla-pca``: PCA of
    the calibration outputs Z·x (TransMLA's released code); ``transmla-care``: CARE's
-   covariance-weighted SVD of √C_λ·Zᵀ. Within a layer the joint factorisation is the optimal
-   split of the latent between K and V, so there is nothing left for water-filling to allocate
-   there. Across layers, r_lat (see `latent_rank`) is either every layer's rank or, with
-   ``schedule="waterfill"``, the mean of ranks water-filled on each layer's spectrum; as
+   covariance-weighted SVD of √C_λ·Zᵀ (C_λ: `shrinkage`; with none it equals ``transmla-pca``,
+   since the SVD's right singular vectors are the eigenvectors of Z·C·Zᵀ and A = Zᵀ·U). Within
+   a layer the joint factorisation is the optimal split of the latent between K and V, so
+   there is nothing left for water-filling to allocate there. Across layers, r_lat (see
+   `latent_rank`) is either every layer's rank or, with ``schedule="waterfill"``, the mean of
+   ranks water-filled on each layer's spectrum (within `rank_bounds` of it when set); as
    DeepSeek-V3 has one `kv_lora_rank`, each latent is then zero-padded to the widest layer.
 3. Layout. Query head h (KV group a): q_nope = q_h (d dims), q_rope = R[rope, a]·q_h, and the
    key for head h is R[nope, a]ᵀ·k_nope: an exact re-association of the dot product. The
@@ -46,8 +48,8 @@ import torch
 from torch import Tensor
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, PreTrainedModel
 
-from kvspec.care.allocate import waterfill_ranks
-from kvspec.care.factorize import factorize, weighted_spectrum
+from kvspec.care.allocate import rank_limits, waterfill_ranks
+from kvspec.care.factorize import SHRINKAGES, factorize, weighted_spectrum
 from kvspec.care.vocabulary import RESTORE_METHODS
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,9 @@ class RestoreSpec:
     care_lambda: float = 0.01
     rope_per_group: int = 1  # RoPE components kept per group of `freqfold` frequencies
     schedule: str = "uniform"  # latent rank per layer: uniform, or waterfill (mean kv_lora_rank)
+    shrinkage: str = "lambda_max"  # CARE's covariance shrinkage (kvspec.care.factorize)
+    # water-filled ranks bounded to [lo·kv_lora_rank, hi·kv_lora_rank] (None: [1, widest])
+    rank_bounds: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.method not in RESTORE_METHODS:
@@ -72,6 +77,10 @@ class RestoreSpec:
             raise ValueError("kv_lora_rank and freqfold must be >= 1")
         if self.schedule not in ("uniform", "waterfill"):
             raise ValueError(f"schedule must be uniform or waterfill, got {self.schedule!r}")
+        if self.shrinkage not in SHRINKAGES:
+            raise ValueError(f"shrinkage must be one of {SHRINKAGES}, got {self.shrinkage!r}")
+        if self.rank_bounds is not None and not 0 < self.rank_bounds[0] <= 1 <= self.rank_bounds[1]:
+            raise ValueError(f"rank_bounds (lo, hi) need 0 < lo <= 1 <= hi, got {self.rank_bounds}")
         if self.rope_per_group < 1 or self.freqfold % self.rope_per_group:
             raise ValueError(
                 f"rope_per_group {self.rope_per_group} must divide freqfold {self.freqfold}"
@@ -220,18 +229,25 @@ def latent_spectrum(latent: LayerLatent, cov: Tensor, spec: RestoreSpec) -> Tens
         second = latent.z @ cov.double() @ latent.z.T
         return torch.linalg.eigvalsh((second + second.T) / 2).clamp_min(0.0).flip(0).sqrt()
     return weighted_spectrum(
-        latent.z, kind, cov=cov, alpha=spec.care_alpha, lam_frac=spec.care_lambda
+        latent.z,
+        kind,
+        cov=cov,
+        alpha=spec.care_alpha,
+        lam_frac=spec.care_lambda,
+        shrinkage=spec.shrinkage,
     )
 
 
 def layer_ranks(latents: list[LayerLatent], covs: list[Tensor], spec: RestoreSpec) -> list[int]:
     """Latent rank of each layer: kv_lora_rank everywhere, or water-filled across layers with
-    the same total (the cache budget), as CARE allocates ranks."""
+    the same total (the cache budget), as CARE allocates ranks, within `spec.rank_bounds`."""
+    r = spec.kv_lora_rank
     if spec.schedule == "uniform":
-        return [spec.kv_lora_rank] * len(latents)
+        return [r] * len(latents)
     spectra = [latent_spectrum(lat, c, spec) for lat, c in zip(latents, covs, strict=True)]
     width = min(len(s) for s in spectra)
-    return waterfill_ranks(spectra, spec.kv_lora_rank * len(latents), width)
+    low, high = rank_limits(r, width, spec.rank_bounds)
+    return waterfill_ranks(spectra, r * len(latents), high, min_rank=low)
 
 
 def restore_layer(
@@ -282,6 +298,7 @@ def _latent_factors(z: Tensor, cov: Tensor, spec: RestoreSpec, rank: int) -> tup
         cov=cov,
         alpha=spec.care_alpha,
         lam_frac=spec.care_lambda,
+        shrinkage=spec.shrinkage,
     )
     return f.a.double(), f.b.double()
 

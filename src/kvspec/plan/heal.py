@@ -43,6 +43,21 @@ class HealPlan:
         """Latent ranks of a restoration: water-filled across layers, or one for all."""
         return "waterfill" if wildcards.method in self.heal["waterfill"] else "uniform"
 
+    def ablation(self) -> dict[str, dict[str, Any]]:
+        """The Table 3.3 ablation: variant name -> its restoration settings (none: empty), the
+        reference first, then the others by name (the config's key order is not kept)."""
+        ablation = self.heal["ablation"] or {"variants": {}, "reference": None}
+        variants = ablation["variants"]
+        unset = {"shrinkage": None, "schedule": "uniform", "rank_bounds": None}
+        order = sorted(variants, key=lambda name: (name != ablation["reference"], name))
+        return {name: {**unset, **variants[name]} for name in order}
+
+    def ablation_stats(self, wildcards: Any) -> str:
+        """The calibration statistics an ablation variant restores from."""
+        label = self.ablation()[wildcards.variant]["calibration"]
+        calib = Calib(label, self.heal["n_samples"], self.heal["seq_len"])
+        return paths.COVARIANCE.format(model=wildcards.model, calib=calib)
+
     def evaluations(self) -> Columns:
         every = set(self.heal["columns"] or self.care.tasks)
         cols: Columns = {
@@ -100,6 +115,8 @@ class HealPlan:
             "rank": self.rank(),
             "cache": self.heal["cache"],
             "waterfill": list(self.heal["waterfill"]),
+            "shrinkage": self.heal["shrinkage"]
+            or self.config["care"]["factorize"]["care_shrinkage"],
         }
 
     def report_items(self) -> list[ReportItem]:
@@ -129,4 +146,26 @@ class HealPlan:
             outputs=figure_outputs("heal_convergence", "Healing convergence"),
             params={"name": "convergence", **params},
         )
-        return [table, curves]
+        return [table, curves, *self._ablation_items()]
+
+    def _ablation_items(self) -> list[ReportItem]:
+        variants = self.ablation()
+        if not variants:
+            return []
+        runs = {v: paths.HEAL_ABLATION.format(model=self.model, variant=v) for v in variants}
+        params = {"name": "ablation", "model": self.model, "rank": self.rank(),
+                  "budget": self.heal["ablation"]["budget"], "variants": variants,
+                  "runs": runs, "reference": self.heal["ablation"]["reference"]}  # fmt: skip
+        return [
+            ReportItem(
+                rule="report_heal_ablation",
+                renderer="heal:render",
+                log=paths.REPORT_LOG.format(name="thesis_table_3_3_ablation"),
+                category=CARE_CATEGORY,
+                inputs={"runs": list(runs.values())},
+                outputs=table_outputs(
+                    "thesis_table_3_3_ablation", label="Table 3.3, ablation of CARE(E) Init"
+                ),
+                params=params,
+            )
+        ]

@@ -113,6 +113,10 @@ def _convert_factorize(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"opts": c["care"]["factorize"], **_run(c, "seed", "dtype")}
 
 
+def _convert_allocate(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    return {"bounds": c["care"]["waterfill_bounds"]}
+
+
 def _convert_sensitivity(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"opts": plan.care.sensitivity_opts}
 
@@ -126,7 +130,21 @@ def _heal_restore(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     heal = c["care"]["heal"]
     return {"rank": plan.heal.rank(), "freqfold": heal["freqfold"], "cache": heal["cache"],
             "rope_width": heal["rope_dim"], "schedule": plan.heal.schedule,
+            "shrinkage": heal["shrinkage"], "rank_bounds": heal["rank_bounds"],
             "opts": c["care"]["factorize"]}  # fmt: skip
+
+
+def _heal_ablation(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    heal = c["care"]["heal"]
+    restore = {"rank": plan.heal.rank(), "freqfold": heal["freqfold"], "cache": heal["cache"],
+               "rope_width": heal["rope_dim"]}  # fmt: skip
+    ablation = heal["ablation"]
+    train = {**heal["train"], "budgets": [ablation["budget"]],
+             "eval_windows": ablation["eval_windows"] or heal["train"]["eval_windows"]}  # fmt: skip
+    return {"variant": lambda w: plan.heal.ablation()[w.variant], "restore": restore,
+            "opts": c["care"]["factorize"], "kind": plan.heal.kind(), "data_opts": heal["data"],
+            "train": train, "state": Wild(paths.HEAL_ABLATION_STATE),
+            **_run(c, "seed")}  # fmt: skip
 
 
 def _heal_train(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,8 +277,10 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "convert_factorize": _convert_factorize,
     "convert_sensitivity": _convert_sensitivity,
     "convert_decode_speed": _convert_decode_speed,
+    "convert_allocate": _convert_allocate,
     "heal_restore": _heal_restore,
     "heal_train": _heal_train,
+    "heal_ablation": _heal_ablation,
     "evaluate_original": _evaluate("original_tasks", paths.VARIANT_ORIGINAL),
     "evaluate_lmeval": _evaluate("converted_tasks", paths.VARIANT_CONVERTED),
     "evaluate_healed": _evaluate("healed_tasks", paths.VARIANT_HEALED),

@@ -40,6 +40,8 @@ HEALED = "results/heal/{model}/{method}/tokens-{budget}"
 HEAL_CURVE = "results/heal/{model}/{method}/curve.csv"
 HEAL_STATS = "results/heal/{model}/{method}/stats.json"
 HEAL_STATE = "resources/checkpoints/heal/{model}/{method}.pt"
+HEAL_ABLATION = "results/heal/{model}/ablation/{variant}.json"
+HEAL_ABLATION_STATE = "resources/checkpoints/heal/{model}/ablation-{variant}.pt"
 EVALUATION = "results/evaluate/{model}/{variant}.json"  # variant: kvspec.plan.names.Evaluated
 # the variant grammar of each evaluation rule (kvspec.plan.names: Original, Converted, Healed)
 VARIANT_ORIGINAL = "original"
@@ -107,6 +109,7 @@ LOG: dict[str, str] = {
     "convert_decode_speed": "logs/convert/{model}/decode_speed.log",
     "heal_restore": "logs/heal/{model}/init/{method}.log",
     "heal_train": "logs/heal/{model}/{method}.log",
+    "heal_ablation": "logs/heal/{model}/ablation/{variant}.log",
     "evaluate_original": "logs/evaluate/{model}/original.log",
     "evaluate_lmeval": "logs/evaluate/{model}/{fact}-{calib}/{plan}.log",
     "evaluate_healed": "logs/evaluate/{model}/heal-{method}/tokens-{budget}.log",

@@ -240,6 +240,14 @@ def _heal_train(config: Mapping[str, Any], wildcards: Any) -> Need:
     return Need(n, gpu_gb, 2 * 2 * p / GB + 32, 8 * n, flops_hours(flops, RATES.train, n))
 
 
+def _heal_ablation(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """One ablation row: healing (as heal_train) to the ablation's one budget."""
+    heal = config["care"]["heal"]
+    train = {**heal["train"], "budgets": [heal["ablation"]["budget"]]}
+    care = {**config["care"], "heal": {**heal, "train": train}}
+    return _heal_train({**config, "care": care}, wildcards)
+
+
 def _generate(config: Mapping[str, Any], wildcards: Any) -> Need:
     """One shard of bulk generation: its prompts x max_new_tokens, batched decoding."""
     card, gen = _model(config, wildcards), config["spec"]["generate"]
@@ -387,6 +395,7 @@ ESTIMATES: dict[str, Estimate] = {
     "evaluate_lmeval": _evaluate,
     "evaluate_healed": _evaluate,
     "heal_train": _heal_train,
+    "heal_ablation": _heal_ablation,
     "generate_responses": _generate,
     "ngram_index": _index,
     "specdecode_speed": _speed,

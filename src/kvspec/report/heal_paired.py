@@ -23,23 +23,31 @@ def paired_rows(windows: dict[str, dict[str, list[float]]], labels: dict[str, st
     for other, theirs in windows.items():
         for tokens in (t for t in ref if t in theirs and other != REFERENCE):
             a, b = np.asarray(ref[tokens]), np.asarray(theirs[tokens])
-            d = a - b  # per-window NLL difference (negative: CARE lower)
-            se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
             rows.append({
                 "comparison": f"{labels[REFERENCE]} vs {labels[other]}",
                 "tokens": int(tokens),
-                f"val_ppl ({labels[REFERENCE]})": _ppl(a),
-                "val_ppl (other)": _ppl(b),
-                "ppl_ratio": math.exp(float(d.mean())),
-                "nll_diff": float(d.mean()),
-                "nll_diff_se": se,
-                "z": float(d.mean()) / se if se > 0 else float("nan"),
-                "windows": len(d),
+                f"val_ppl ({labels[REFERENCE]})": ppl_text(a),
+                "val_ppl (other)": ppl_text(b),
+                **paired_difference(a, b),
             })  # fmt: skip
     return rows
 
 
-def _ppl(nll: np.ndarray) -> str:
+def paired_difference(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    """Mean per-window NLL difference a − b (negative: a lower), its paired SE, z and the
+    perplexity ratio exp(diff)."""
+    d = np.asarray(a) - np.asarray(b)
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return {
+        "ppl_ratio": math.exp(float(d.mean())),
+        "nll_diff": float(d.mean()),
+        "nll_diff_se": se,
+        "z": float(d.mean()) / se if se > 0 else float("nan"),
+        "windows": len(d),
+    }
+
+
+def ppl_text(nll: np.ndarray) -> str:
     """exp(mean NLL) ± its delta-method standard error, as text."""
     ppl = math.exp(float(nll.mean()))
     se = ppl * float(nll.std(ddof=1)) / math.sqrt(len(nll)) if len(nll) > 1 else float("nan")
