@@ -372,7 +372,7 @@ def _check_heal_ablation(care: Mapping[str, Any]) -> None:
                 f"config key '{key}.calibration': unknown calibration set "
                 f"{variant['calibration']!r} (keys of care.calibration.sets)"
             )
-        bounds.append((f"{key}.rank_bounds", variant.get("rank_bounds")))
+        bounds.append((f"{key}.rank_bounds", variant["rank_bounds"]))
     for key, pair in bounds:
         if pair and not pair[0] <= 1 <= pair[1]:
             raise ConfigError(f"config key '{key}': [lo, hi] must hold 1 (lo <= 1 <= hi)")

@@ -230,8 +230,8 @@ def ablation_stage(
     step 0 and at the budget, and the per-layer latent ranks (no checkpoint is kept)."""
     use_threads(threads)
     settings = {**restore, "method": variant["method"], "schedule": variant["schedule"],
-                "shrinkage": variant.get("shrinkage"),
-                "rank_bounds": variant.get("rank_bounds")}  # fmt: skip
+                "shrinkage": variant["shrinkage"],
+                "rank_bounds": variant["rank_bounds"]}  # fmt: skip
     spec = _heal_spec(train_opts, seed)
     teacher, tok = load_model(model_dir)
     restored, record = restoration(teacher, stats_path, settings, factorize_opts)

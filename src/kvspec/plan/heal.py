@@ -47,10 +47,9 @@ class HealPlan:
         """The Table 3.3 ablation: variant name -> its restoration settings (none: empty), the
         reference first, then the others by name (the config's key order is not kept)."""
         ablation = self.heal["ablation"] or {"variants": {}, "reference": None}
-        variants = ablation["variants"]
-        unset = {"shrinkage": None, "schedule": "uniform", "rank_bounds": None}
+        variants = ablation["variants"]  # defaults filled by the schema
         order = sorted(variants, key=lambda name: (name != ablation["reference"], name))
-        return {name: {**unset, **variants[name]} for name in order}
+        return {name: variants[name] for name in order}
 
     def ablation_stats(self, wildcards: Any) -> str:
         """The calibration statistics an ablation variant restores from."""
