@@ -3,6 +3,7 @@
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
 #   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
 #                    the slow real-model tests (pytest -m "not workflow and not slow")
+#   make times       each document's job time from benchmarks/ (TARGET=<document>: one)
 #   make test-all    the whole suite, what CI runs: + the whole DAG at ci scale, interrupted
 #                    runs, Slurm, the packaged real models, vLLM, the llama.cpp build
 PYTHON ?= python3
@@ -14,7 +15,9 @@ MIRROR_ARG := $(if $(MIRROR),--config "data={'mirror': '$(abspath $(MIRROR))'}",
 TARGET ?=
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 
-.PHONY: reproduce test test-all report clean-results vllm-env
+DOCUMENTS := thesis moa specdec_qwen pipeinfer lecture
+
+.PHONY: reproduce test test-all report times clean-results vllm-env
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +31,12 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 
 reproduce: $(VENV)/.installed
 	$(BIN)/snakemake $(TARGET) --cores all $(MIRROR_ARG)
+
+# Each document's job time from benchmarks/ (kvspec.plan.times): the README's time column
+times: $(VENV)/.installed
+	@for d in $(or $(TARGET),$(DOCUMENTS)); do echo "## $$d"; \
+	  $(BIN)/snakemake -n --forceall $$d $(MIRROR_ARG) 2>/dev/null | $(BIN)/python -m kvspec.plan.times; \
+	done
 
 report: $(VENV)/.installed
 	$(BIN)/snakemake --cores all $(MIRROR_ARG) --report results/report.html

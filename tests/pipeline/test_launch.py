@@ -1,23 +1,23 @@
 """Real multi-process runs (torchrun, gloo): every strategy's greedy output equals single-process
-greedy decoding for 2 and 3 target ranks; a killed rank ends the run with an error naming it."""
+greedy decoding for 2 and 3 target ranks; a killed rank ends the run with an error naming it,
+and the rule's launch step starts a run killed by a signal once more."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from kvspec.decoding.loop import greedy_generate
-from kvspec.pipeline.launch import PipelineRun, launch_local
+from kvspec.pipeline.launch import PipelineRun, RankSignalled, launch_local
 from tests.pipeline.test_stage import tiny_llama
 
 PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 14
 
 
 def _launch(tmp_path, run: PipelineRun) -> dict:
-    out = tmp_path / "out.json"
-    launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")
-    return json.loads(out.read_text())
+    """Through the rule's own launch step (torchrun; a run killed by a signal started again)."""
+    from kvspec.pipeline import stages
+
+    return stages._launch(run, tmp_path, {"launcher": "torchrun", "srun_args": []})
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,42 @@ def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path, strategy) -> No
     with pytest.raises(RuntimeError, match="pipeline run failed") as err:
         launch_local(run, tmp_path / "spec.json", out, tmp_path / "run.log")
     assert "pipeline rank 2 failed first (exit code -9, SIGKILL)" in str(err.value)
+    assert isinstance(err.value, RankSignalled)  # a signal: the rule starts it once more
     assert not out.exists()
+
+
+def test_a_run_killed_by_a_signal_is_started_again_once(models, tmp_path, monkeypatch) -> None:
+    """Through the rule's own launch step: a signal once costs a second attempt (in the row);
+    the same signal twice fails the job; an error of the run's own code is not retried."""
+    from kvspec.pipeline import stages
+
+    settings = {"launcher": "torchrun", "srun_args": []}
+    run = PipelineRun(models["target"], "iterative", 2, PROMPT, NEW, dtype="float64",
+                      timeout_s=60, kill=(1, 3))  # fmt: skip
+    with pytest.raises(RankSignalled):  # killed at the same step both times
+        stages._launch(run, tmp_path, settings)
+    calls = []
+
+    def flaky(spec, spec_path, out, log) -> None:
+        calls.append(spec)
+        if len(calls) == 1:
+            raise RankSignalled("pipeline run failed (exit 1): rank 0 SIGABRT")
+        launch_local(spec, spec_path, out, log)
+
+    monkeypatch.setattr(stages, "launch_local", flaky)
+    fine = PipelineRun(models["target"], "iterative", 2, PROMPT, NEW, dtype="float64")
+    result = stages._launch(fine, tmp_path, settings)
+    assert result["attempts"] == 2 and len(calls) == 2
+    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
+
+    def broken(spec, spec_path, out, log) -> None:
+        calls.append(spec)
+        raise RuntimeError("pipeline run failed (exit 1): a Python error")
+
+    monkeypatch.setattr(stages, "launch_local", broken)
+    with pytest.raises(RuntimeError, match="a Python error"):
+        stages._launch(fine, tmp_path, settings)
+    assert len(calls) == 3  # not retried
 
 
 def test_bad_runs_are_refused(models) -> None:

@@ -21,17 +21,17 @@ EXPECTED_JOBS = {
            "convert_factorize": 9, "covariance_collect": 6, "ngram_index": 5,
            "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
            "pretrain_train": 2, "models_distil": 1, "specdecode_draft_quality": 1,
-           "report_draft_quality": 1, "heal_ablation": 3},
+           "report_draft_quality": 1, "heal_ablation": 3, "pipeline_pair": 1},
     "config": {"evaluate_lmeval": 44, "evaluate_original": 2, "evaluate_healed": 6,
                "convert_mla": 44, "convert_allocate": 31, "convert_sensitivity": 16,
                "convert_factorize": 12, "covariance_collect": 10, "ngram_index": 8,
                "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8,
-               "heal_ablation": 9},
+               "heal_ablation": 9, "pipeline_pair": 1},
     "paper": {"evaluate_lmeval": 81, "evaluate_original": 2, "evaluate_healed": 8,
               "convert_mla": 81, "convert_allocate": 42, "convert_sensitivity": 42,
               "convert_factorize": 17, "covariance_collect": 14, "ngram_index": 10,
               "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 1024,
-              "models_fetch": 9},
+              "models_fetch": 9, "pipeline_pair": 2},
 }  # fmt: skip
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
 # every scale: + the models table (report_models); + the draft latency rule (issue 12);
@@ -55,7 +55,9 @@ EXPECTED_JOBS = {
 # mini: + llama.cpp's build and the target's GGUF file (Table 4.7's peer rows, issue 33)
 # ci and mini: + the Table 3.3 ablation (3 / 9 heal_ablation jobs, one report table; its
 # calibration statistics are the healing rows' own; paper: no ablation)
-TOTALS = {"ci": 245, "config": 336, "paper": 1478}
+# every scale: + PipeInfer's Figure 9 (one report item; a pipeline_pair job per model pair
+# beyond pipeline_run's own: 1 at ci and mini, 2 at paper)
+TOTALS = {"ci": 247, "config": 338, "paper": 1481}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -292,6 +294,26 @@ def test_report_categories_are_plain_rst_text(plans, scale: str) -> None:
         assert ":" not in item.category, (item.rule, item.category)
 
 
+def test_figure_9_reuses_the_main_runs_and_adds_one_job_per_other_pair(plans, configs,
+                                                                       schema) -> None:  # fmt: skip
+
+    from kvspec.plan import paths
+
+    plan = plans["config"]
+    main = paths.PIPELINE_RUNS.format(model="target")
+    mid = paths.PIPELINE_PAIR.format(model="target", draft="draft_mid")
+    assert plan.pipeline.pairs() == [("target", "draft", main), ("target", "draft_mid", mid)]
+    job = plan.params("pipeline_pair")(SimpleNamespace(model="target", draft="draft_mid"))
+    assert job["settings"]["n_stages"] == [3] and job["settings"]["ablations"] == []
+    assert job["seed"] != plan.config["seed"]  # the pair's own stream
+    assert plan.report_item("report_pipeinfer_figure_9").inputs["result"] == [main, mid]
+    cfg = copy.deepcopy(configs["config"])  # a stage count pipeline_run does not run
+    cfg["pipeline"]["figure_9"]["n_stages"] = 1
+    moved = Plan(validate(cfg, schema)).pipeline
+    own = paths.PIPELINE_PAIR.format(model="target", draft="draft")
+    assert [path for *_, path in moved.pairs()] == [own, mid]
+
+
 def test_pipeline_needs_the_spec_blocks_prompt_sets(configs) -> None:
     from kvspec.pipeline.settings import check_pipeline
 
@@ -307,7 +329,13 @@ def test_pipeline_needs_the_spec_blocks_prompt_sets(configs) -> None:
      ({"simulate": {"ablation": {"link": "carrier_pigeon"}}},
       "'pipeline.simulate.ablation.link': 'carrier_pigeon' is neither"),
      ({"simulate": {"constrained_link": "carrier_pigeon"}},
-      "'pipeline.simulate.constrained_link': 'carrier_pigeon' is not a key")],
+      "'pipeline.simulate.constrained_link': 'carrier_pigeon' is not a key"),
+     ({"figure_9": {"pairs": [{"target": "target", "draft": "nobody"}]}},
+      r"'pipeline.figure_9.pairs\[0\].draft': 'nobody' is not a key of models"),
+     ({"figure_9": {"pairs": [{"target": "draft", "draft": "draft"}]}},
+      r"'pipeline.figure_9.pairs\[0\]': the draft is the target"),
+     ({"figure_9": {"pairs": [{"target": "target", "draft": "draft"}] * 2}},
+      r"'pipeline.figure_9.pairs\[1\]': \('target', 'draft'\) listed twice")],
 )  # fmt: skip
 def test_pipeline_block_errors_name_the_key(configs, schema, edit, message) -> None:
     from kvspec.config import ConfigError

@@ -127,3 +127,37 @@ def test_figure_8_draws_the_measured_ablations_beside_the_simulated(tmp_path) ->
     write_json(tmp_path / "sim.json", sim)
     render_simulated_ablation({}, {"result": [str(tmp_path / "sim.json")]}, out)
     assert set(pd.read_csv(out["csv"]).source) == {"simulated"}
+
+
+def _pair_rows(pipeinfer_speed: float, drafted: int = 10, accepted: int = 4) -> list[dict]:
+    rows = [_row("iterative", 1, "a", 20.0), _row("iterative", 3, "a", 10.0),
+            _row("speculative", 3, "a", 8.0), _row("pipeinfer", 3, "a", pipeinfer_speed),
+            _row("iterative", 2, "a", 50.0),  # another stage count: not in Figure 9
+            dict(_row("pipeinfer", 3, "a", 99.0), variant="no early cancellation")]  # fmt: skip
+    for row in rows:
+        if row["strategy"] != "iterative":
+            row.update(drafted=drafted, accepted=accepted)
+    return rows
+
+
+def test_figure_9_one_bar_group_per_pair_at_its_stage_count(tmp_path) -> None:
+    from kvspec.report.pipeline import pair_table, render_pairs
+
+    pairs = [{"target": "t", "draft": "small"}, {"target": "t", "draft": "mid"}]
+    runs = [_pair_rows(12.0), _pair_rows(6.0, drafted=8, accepted=6)]
+    table = pair_table(runs, pairs, 3).set_index(["pair", "strategy"])
+    assert len(table) == 6  # two pairs x three strategies; ablations and 2 ranks left out
+    assert table.loc[("t + small", "pipeinfer"), "speed / iterative"] == pytest.approx(1.2)
+    assert table.loc[("t + small", "pipeinfer"), "speed / one process"] == pytest.approx(0.6)
+    assert table.loc[("t + mid", "speculative"), "accepted / drafted"] == pytest.approx(0.75)
+    assert pd.isna(table.loc[("t + mid", "iterative"), "accepted / drafted"])  # drafts nothing
+    for i, rows in enumerate(runs):
+        write_json(tmp_path / f"r{i}.json", {"runs": rows})
+    out = {k: str(tmp_path / f"f9.{k}") for k in ("png", "pdf", "csv", "md")}
+    inputs = {"result": [str(tmp_path / "r0.json"), str(tmp_path / "r1.json")]}
+    render_pairs({"pairs": pairs, "n_stages": 3}, inputs, out)
+    text = (tmp_path / "f9.md").read_text()
+    assert "faster than speculative inference for 1 of 2 pairs" in text
+    assert (tmp_path / "f9.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="no runs at 4 target ranks"):
+        pair_table(runs, pairs, 4)

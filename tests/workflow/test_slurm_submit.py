@@ -182,7 +182,8 @@ def _submit_wave(workdir: Path, jobs: list[dict], wave: list[dict], profile: Pat
 def test_one_job_of_every_model_rule_was_submitted(submitted) -> None:
     for rule in ("covariance_collect", "evaluate_lmeval", "heal_train", "generate_responses",
                  "specdecode_speed", "moa_train", "moa_bench", "remote_run", "sampling_timing",
-                 "convert_mla", "models_fetch", "ngram_index", "pipeline_run"):  # fmt: skip
+                 "convert_mla", "models_fetch", "ngram_index", "pipeline_run",
+                 "pipeline_pair"):  # fmt: skip
         assert rule in submitted, rule
 
 
@@ -200,4 +201,4 @@ def test_memory_time_nodes_and_exclusivity_are_asked_for(submitted) -> None:
     for rule, line in submitted.items():
         assert re.search(r"--mem \d+", line) and re.search(r"-t \d+", line), line
         assert ("--exclusive" in line) == (rule in TIMED), (rule, line)
-    assert "--nodes=5" in submitted["pipeline_run"]
+    assert "--nodes=5" in submitted["pipeline_run"] and "--nodes=5" in submitted["pipeline_pair"]

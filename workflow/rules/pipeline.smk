@@ -25,6 +25,29 @@ if PLAN.pipeline:
         script:
             script_path("pipeline_run.py")
 
+    # Figure 9: the same strategies for one more target/draft pair at the figure's stage
+    # count (the same stage function as pipeline_run; the whole machine too).
+    rule pipeline_pair:
+        input:
+            unpack(PLAN.pipeline.pair_inputs),
+        output:
+            P.PIPELINE_PAIR,
+        log:
+            P.LOG["pipeline_pair"],
+        benchmark:
+            P.BENCH["pipeline_pair"]
+        wildcard_constraints:
+            draft=one_of(PLAN.base.models),
+        conda:
+            env_path("evaluation")
+        threads: workflow.cores  # timed: holds the machine
+        resources:
+            **PLAN.resources("pipeline_pair"),
+        params:
+            job=PLAN.params("pipeline_pair"),
+        script:
+            script_path("pipeline_run.py")
+
     # The simulator (kvspec.pipeline.simulate) calibrated on the runs above: validation against
     # them, then node counts, links and acceptance rates beyond this machine (seconds of work).
     rule pipeline_simulate:

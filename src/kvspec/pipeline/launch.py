@@ -203,8 +203,19 @@ def _launch(cmd: list[str], run: PipelineRun, spec_path: Path, log: Path, env: d
     if code != 0:
         text = log.read_text()
         tail = "".join(text.splitlines(keepends=True)[-20:])
-        raise RuntimeError(f"pipeline run failed (exit {code}): {cause(text)}; log {log}:\n"
-                           f"{tail}")  # fmt: skip
+        error = RankSignalled if _signalled(code, text) else RuntimeError
+        raise error(f"pipeline run failed (exit {code}): {cause(text)}; log {log}:\n{tail}")
+
+
+class RankSignalled(RuntimeError):
+    """A pipeline run ended by a signal to one of its processes (a kill, or an abort inside
+    the C++ collective library) rather than by an error the run's own code raised."""
+
+
+def _signalled(code: int, log_text: str) -> bool:
+    """The launcher itself died by a signal, or torchrun's report names a rank that did."""
+    report = log_text.rpartition("Root Cause")[2]
+    return code < 0 or re.search(r"exitcode\s*:\s*-\d+", report) is not None
 
 
 def _srun_cause(log_text: str) -> str:

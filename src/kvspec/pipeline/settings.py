@@ -25,6 +25,7 @@ def check_pipeline(config: Mapping[str, Any]) -> None:
     if max(pipeline["n_stages"]) < 2:
         raise ConfigError("config key 'pipeline.n_stages': the simulator measures the link "
                           "between two ranks; list a stage count of at least 2")  # fmt: skip
+    _check_figure_9(config, pipeline["figure_9"])
     sim = pipeline["simulate"]
     slow = sim["constrained_link"]
     if slow is not None and slow not in sim["links"]:
@@ -34,3 +35,19 @@ def check_pipeline(config: Mapping[str, Any]) -> None:
     if link != "loopback" and link not in sim["links"]:
         raise ConfigError(f"config key 'pipeline.simulate.ablation.link': {link!r} is neither "
                           "'loopback' nor a simulated link")  # fmt: skip
+
+
+def _check_figure_9(config: Mapping[str, Any], figure: Mapping[str, Any] | None) -> None:
+    """Figure 9's pairs: known models, a draft distinct from its target, each pair once."""
+    if figure is None:
+        return
+    pairs = [(p["target"], p["draft"]) for p in figure["pairs"]]
+    for i, pair in enumerate(pairs):
+        for role, model in zip(("target", "draft"), pair, strict=True):
+            if model not in config["models"]:
+                raise ConfigError(f"config key 'pipeline.figure_9.pairs[{i}].{role}': "
+                                  f"{model!r} is not a key of models")  # fmt: skip
+        if pair[0] == pair[1]:
+            raise ConfigError(f"config key 'pipeline.figure_9.pairs[{i}]': the draft is the target")
+        if pair in pairs[:i]:
+            raise ConfigError(f"config key 'pipeline.figure_9.pairs[{i}]': {pair} listed twice")

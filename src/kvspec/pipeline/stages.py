@@ -12,7 +12,7 @@ from typing import Any
 from tqdm import tqdm
 
 from kvspec.io import Journal, read_json, write_json
-from kvspec.pipeline.launch import PipelineRun, launch_local, launch_srun
+from kvspec.pipeline.launch import PipelineRun, RankSignalled, launch_local, launch_srun
 from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,17 @@ def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], st
 
 
 def _launch(spec: PipelineRun, tmp: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """One run; a run whose process died by a signal is started again once (logged, and
+    counted in the row's `attempts`); a second signal, or any error the run's own code
+    raises, fails the job."""
+    try:
+        return {**_launch_once(spec, tmp, settings), "attempts": 1}
+    except RankSignalled as err:
+        log.warning("%s run died by a signal; starting it again: %s", spec.strategy, err)
+    return {**_launch_once(spec, tmp, settings), "attempts": 2}
+
+
+def _launch_once(spec: PipelineRun, tmp: Path, settings: Mapping[str, Any]) -> dict[str, Any]:
     """One run through the configured launcher: torchrun on this machine, or srun (the ranks
     as tasks of a Slurm step, across the nodes of the job's allocation)."""
     out = tmp / "out.json"
@@ -172,4 +183,5 @@ def _row(name: str, pid: str, prompt_len: int, run: int, spec: PipelineRun,
     return {"set": name, "prompt": pid, "prompt_tokens": prompt_len, "run": run,
             "strategy": spec.strategy, "n_stages": spec.n_stages, "ranks": spec.world_size,
             "threads_per_rank": spec.threads, **{m: result.get(m) for m in METRICS},
-            "link": result.get("link"), "exact": result["tokens"] == reference}  # fmt: skip
+            "link": result.get("link"), "attempts": result.get("attempts", 1),
+            "exact": result["tokens"] == reference}  # fmt: skip

@@ -237,6 +237,17 @@ def _pipeline_run(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "checkpoint": Wild(paths.PIPELINE_STATE), **_run(c, "dtype", "seed")}  # fmt: skip
 
 
+def _pipeline_pair(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    from kvspec.seeds import derive
+
+    def seed(wildcards: Any) -> int:  # the pair's own stream (its calibration's inputs)
+        return derive(c["seed"], "pipeline_pair", wildcards.model, wildcards.draft)
+
+    return {"sets": plan.pipeline.sets(), "settings": plan.pipeline.pair_settings(),
+            "checkpoint": Wild(paths.PIPELINE_PAIR_STATE), "seed": seed,
+            **_run(c, "dtype")}  # fmt: skip
+
+
 def _pipeline_simulate(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"settings": plan.pipeline.simulate_settings()}
 
@@ -300,6 +311,7 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "sampling_math500": _sampling("math500"),
     "pipeline_run": _pipeline_run,
     "pipeline_simulate": _pipeline_simulate,
+    "pipeline_pair": _pipeline_pair,
     "moa_train": _moa_train,
     "moa_bench": _moa_bench,
     "moa_quality": _moa_quality,

@@ -77,6 +77,8 @@ LECTURE = "results/lecture/{example}.json"
 PIPELINE_RUNS = "results/pipeline/{model}/runs.json"
 PIPELINE_SIMULATED = "results/pipeline/{model}/simulated.json"
 PIPELINE_STATE = "resources/checkpoints/pipeline/{model}.jsonl"
+PIPELINE_PAIR = "results/pipeline/{model}/pairs/{draft}.json"  # Figure 9: one more model pair
+PIPELINE_PAIR_STATE = "resources/checkpoints/pipeline/{model}_pair_{draft}.jsonl"
 MOA_HEAD = "results/moa/{model}/heads/{drafter}.pt"
 MOA_STATES = "results/moa/{model}/states"  # the target's states, shared by its heads' jobs
 MOA_BENCH_RUNS = "results/moa/{model}/bench.json"
@@ -133,6 +135,7 @@ LOG: dict[str, str] = {
     "lecture": "logs/lecture/{example}.log",
     "pipeline_run": "logs/pipeline/{model}.log",
     "pipeline_simulate": "logs/pipeline/{model}_simulate.log",
+    "pipeline_pair": "logs/pipeline/{model}_pair_{draft}.log",
     "moa_train": "logs/moa/{model}/train_{drafter}.log",
     "moa_bench": "logs/moa/{model}/bench.log",
     "moa_quality": "logs/moa/{model}/quality.log",

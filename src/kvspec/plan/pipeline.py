@@ -49,8 +49,34 @@ class PipelinePlan:
 
     def settings(self, wildcards: Any = None) -> dict[str, Any]:
         """What the runs depend on (the simulation's settings are not among them)."""
-        skip = ("target", "draft", "sets", "simulate")
+        skip = ("target", "draft", "sets", "simulate", "figure_9")
         return {k: v for k, v in self.pipeline.items() if k not in skip}
+
+    def pairs(self) -> list[tuple[str, str, str]]:
+        """Figure 9's (target, draft, runs file) in the figure's order: the pair of `target` and
+        `draft` reads pipeline_run's runs when they hold the figure's stage count; every other
+        pair is a pipeline_pair job."""
+        figure = self.pipeline["figure_9"]
+        if not figure:
+            return []
+        shared = figure["n_stages"] in self.pipeline["n_stages"]
+        out = []
+        for pair in figure["pairs"]:
+            target, draft = pair["target"], pair["draft"]
+            main = shared and (target, draft) == (self.target, self.draft)
+            path = self.output() if main else paths.PIPELINE_PAIR.format(model=target, draft=draft)
+            out.append((target, draft, path))
+        return out
+
+    def pair_inputs(self, wildcards: Any) -> dict[str, str]:
+        """A pair's two models and the prompt sets."""
+        return {**self.inputs(), "target": paths.MODEL.format(model=wildcards.model),
+                "draft": paths.MODEL.format(model=wildcards.draft)}  # fmt: skip
+
+    def pair_settings(self, wildcards: Any = None) -> dict[str, Any]:
+        """pipeline_run's settings at Figure 9's one stage count, without the ablations."""
+        n_stages = [self.pipeline["figure_9"]["n_stages"]]
+        return {**self.settings(), "n_stages": n_stages, "ablations": []}
 
     def simulate_settings(self, wildcards: Any = None) -> dict[str, Any]:
         return {"simulate": self.pipeline["simulate"]}
@@ -69,10 +95,14 @@ class PipelinePlan:
             self._item("pipeinfer_figure_10", "render_variance", {"result": runs}, params,
                        _figure("pipeinfer_figure_10", "Figure 10")),
         ]  # fmt: skip
+        if self.pairs():
+            items.append(self._figure_9())
         for number, (renderer, extra) in FIGURES.items():
             stem = f"pipeinfer_figure_{number}"
             if number == 7:  # its (b) and (c) panels: the constrained link's curves
                 extra = {"link": self.pipeline["simulate"]["constrained_link"]}
+            # measured at the stage counts that ran (Figure 8: when its ablations ran too)
+            extra = extra | {"measured_points": number != 8 or bool(self.pipeline["ablations"])}
             items.append(self._item(stem, renderer, {"result": sim}, params | extra,
                                     _figure(stem, f"Figure {number}")))  # fmt: skip
         for number, roman in enumerate(("I", "II", "III", "IV"), start=1):  # transcribed only
@@ -81,6 +111,15 @@ class PipelinePlan:
             items.append(self._item(stem, "render_paper_only", {"paper": [paper]}, {},
                                     table_outputs(stem, label=f"Table {roman}")))  # fmt: skip
         return items
+
+    def _figure_9(self) -> ReportItem:
+        """Figure 9 from the measured runs of every pair at the figure's stage count."""
+        pairs = self.pairs()
+        n = self.pipeline["figure_9"]["n_stages"]
+        params = {"pairs": [{"target": t, "draft": d} for t, d, _ in pairs], "n_stages": n}
+        return self._item("pipeinfer_figure_9", "render_pairs",
+                          {"result": [path for *_, path in pairs]}, params,
+                          _figure("pipeinfer_figure_9", "Figure 9"))  # fmt: skip
 
     def _item(self, stem: str, renderer: str, inputs: dict[str, list[str]],
               params: dict[str, Any], outputs: dict[str, Output]) -> ReportItem:  # fmt: skip

@@ -134,9 +134,10 @@ Estimate = Callable[[Mapping[str, Any], Any], Need]
 # workflow.cores`; under Slurm: --exclusive), so that no other job shares the machine
 TIMED = frozenset({"convert_decode_speed", "specdecode_speed", "specdecode_draft_quality",
                    "specdecode_draft_latency", "sampling_sweep", "sampling_timing", "moa_bench",
-                   "remote_run", "pipeline_run", "lecture_roofline", "lecture_batching",
-                   "lecture_scheduling"})  # fmt: skip
-MULTI_NODE = frozenset({"pipeline_run"})  # ranks started by srun across the job's nodes
+                   "remote_run", "pipeline_run", "pipeline_pair", "lecture_roofline",
+                   "lecture_batching", "lecture_scheduling"})  # fmt: skip
+# ranks started by srun across the job's nodes
+MULTI_NODE = frozenset({"pipeline_run", "pipeline_pair"})
 
 
 def need(config: Mapping[str, Any], rule: str, wildcards: Any) -> Need:
@@ -370,17 +371,30 @@ def _pipeline(config: Mapping[str, Any], wildcards: Any) -> Need:
     """Every strategy's ranks as srun tasks across nodes (CPU inference, document 003): one
     node per rank of the largest run, each holding its share of the float32 target."""
     p = config["pipeline"]
-    card = card_of(config, p["target"])
-    ranks = max(p["n_stages"]) + 1
+    return _pipeline_need(config, p["target"], p["draft"], p["n_stages"], len(p["ablations"]))
+
+
+def _pipeline_pair(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """One more model pair of Figure 9: the strategies at the figure's one stage count."""
+    n_stages = [config["pipeline"]["figure_9"]["n_stages"]]
+    return _pipeline_need(config, wildcards.model, wildcards.draft, n_stages, 0)
+
+
+def _pipeline_need(config: Mapping[str, Any], target: str, draft: str, n_stages: list[int],
+                   ablations: int) -> Need:  # fmt: skip
+    p = config["pipeline"]
+    card, draft_card = card_of(config, target), card_of(config, draft)
+    ranks = max(n_stages) + 1
     prompts = sum(p["sets"].values()) * p["runs"]
     # per prompt: the one-process baseline, then every strategy and ablation per stage count
-    configs = 1 + len(p["n_stages"]) * (len(p["strategies"]) + len(p["ablations"]))
+    configs = 1 + len(n_stages) * (len(p["strategies"]) + ablations)
     hours = prompts * configs * p["max_new_tokens"] * 0.2 / 3600 + 0.5
     if p["launcher"] != "srun":  # every rank a process of this job, on one machine
-        host = 4 * card.params / GB + ranks * CPU_PROCESS_GB
+        host = 4 * (card.params + draft_card.params) / GB + ranks * CPU_PROCESS_GB
         return Need(0, 0.0, host, p["threads_per_rank"] * ranks, hours)
-    return Need(0, 0.0, 4 * card.params / GB / (ranks - 1) + 16, p["threads_per_rank"], hours,
-                nodes=ranks, tasks=ranks)  # fmt: skip
+    node_gb = 4 * max(card.params / (ranks - 1), draft_card.params) / GB + 16
+    return Need(0, 0.0, node_gb, p["threads_per_rank"], hours, nodes=ranks,
+                tasks=ranks)  # fmt: skip
 
 
 ESTIMATES: dict[str, Estimate] = {
@@ -407,6 +421,7 @@ ESTIMATES: dict[str, Estimate] = {
     "moa_bench": _moa_bench,
     "remote_run": _remote,
     "pipeline_run": _pipeline,
+    "pipeline_pair": _pipeline_pair,
     "specdecode_acceptance": _acceptance,
     "specdecode_draft_quality": _draft_quality,
     "models_distil": _distil,

@@ -98,6 +98,77 @@ def render_variance(item: dict[str, Any], inputs: dict[str, list[str]],
     write_table(df, out["csv"], out["md"], "Figure 10: prompt-to-prompt variance", notes)
 
 
+def pair_table(runs: list[list[dict[str, Any]]], pairs: list[dict[str, str]],
+               n_stages: int) -> pd.DataFrame:  # fmt: skip
+    """Per model pair and strategy at `n_stages` target ranks: medians over prompts and runs,
+    speed relative to iterative inference at the same ranks and to the one-process engine on
+    the same prompts, the draft's accepted share of drafted tokens, exactness of every run."""
+    parts = []
+    for rows, pair in zip(runs, pairs, strict=True):
+        df = pd.DataFrame(rows)
+        df = df[~_is_ablation(df)]
+        one = df[(df.strategy == "iterative") & (df.n_stages == 1)]
+        df = df[df.n_stages == n_stages]
+        if df.empty:
+            raise ValueError(f"pair {pair}: no runs at {n_stages} target ranks")
+        iterative = df[df.strategy == "iterative"]
+        key = ["set", "prompt"]
+        df = df.join(iterative.groupby(key)["tokens_per_s"].median().rename("iterative"), on=key)
+        df = df.join(one.groupby(key)["tokens_per_s"].median().rename("one"), on=key)
+        df["vs_iterative"] = df.tokens_per_s / df.iterative
+        df["vs_one"] = df.tokens_per_s / df.one
+        grouped = df.groupby("strategy", sort=False)
+        out = grouped[["tokens_per_s", "vs_iterative", "vs_one", "accept_len"]].median()
+        sums = grouped[["drafted", "accepted"]].sum()
+        out["accepted / drafted"] = (sums.accepted / sums.drafted).where(sums.drafted > 0)
+        out["runs"], out["all exact"] = grouped.size(), grouped["exact"].all()
+        parts.append(out.reset_index().assign(pair=f"{pair['target']} + {pair['draft']}"))
+    table = pd.concat(parts, ignore_index=True)
+    table = table[["pair", *[c for c in table.columns if c != "pair"]]]
+    return table.rename(columns={"tokens_per_s": "tok/s", "vs_iterative": "speed / iterative",
+                                 "vs_one": "speed / one process",
+                                 "accept_len": "tokens per target run"})  # fmt: skip
+
+
+def render_pairs(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, str]) -> None:
+    """Figure 9 on our model pairs: generation speed per strategy, grouped by pair."""
+    from kvspec.report.figures import save_figure
+
+    n = item["n_stages"]
+    runs = [read_json(path)["runs"] for path in inputs["result"]]
+    table = pair_table(runs, item["pairs"], n)
+    pairs, strategies = list(dict.fromkeys(table.pair)), list(dict.fromkeys(table.strategy))
+    fig, ax = _axes(size=(1.0 + 2.2 * len(pairs), 4.0))
+    width = 0.8 / len(strategies)
+    for s, strategy in enumerate(strategies):
+        part = table[table.strategy == strategy].set_index("pair").reindex(pairs)
+        ax.bar([i + s * width for i in range(len(pairs))], part["tok/s"], width, label=strategy)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(pairs))], pairs, fontsize=8)
+    ax.set_ylabel("generation speed (tok/s)")
+    ax.set_title(f"Generation speed across model pairs, {n} target ranks (measured, this CPU)")
+    ax.legend(fontsize=7)
+    save_figure(fig, out["png"], out["pdf"])
+    write_table(table, out["csv"], out["md"], "Figure 9: generation speed across model pairs",
+                _pair_notes(table, n))  # fmt: skip
+
+
+def _pair_notes(table: pd.DataFrame, n: int) -> list[str]:
+    notes = [
+        f"Measured on this machine's CPU: every strategy with the target split over {n} ranks "
+        "(the draft on one more), the same prompts and settings as pipeinfer_runs; medians over "
+        "prompts and runs. The document's Figure 9: 4 GPU nodes, six 33B-141B targets with "
+        "1.1B-9B drafts (Table III); no numbers are transcribed from it.",
+        "speed / iterative: per prompt, against iterative inference at the same ranks; "
+        "accepted / drafted: the draft's tokens accepted by the target, summed over runs.",
+    ]
+    speed = table.pivot(index="pair", columns="strategy", values="tok/s")
+    if {"pipeinfer", "speculative"} <= set(speed.columns):
+        wins = int((speed["pipeinfer"] > speed["speculative"]).sum())
+        notes.append(f"PipeInfer faster than speculative inference for {wins} of {len(speed)} "
+                     "pairs (the document: all but one of its pairs).")  # fmt: skip
+    return notes
+
+
 def _is_ablation(rows: pd.DataFrame) -> pd.Series:
     """Rows of PipeInfer's ablation runs (Figure 8), not of the strategies themselves."""
     if "variant" not in rows:

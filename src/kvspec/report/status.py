@@ -25,8 +25,9 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str
         *(f"{doc}: {_counts(g['status'])}" for doc, g in rows.groupby("document", sort=False)),
         "measured = written from this run's results (beside the paper's numbers where they "
         "were transcribed); simulated = computed by a simulator calibrated on costs measured "
-        "by this run (document 003's node-count curves); paper numbers only = the "
-        "transcription alone; not built yet = "
+        "by this run; measured where it ran, simulated beyond = this run's points (at the "
+        "rank counts it ran) drawn over such curves (document 003's node-count figures); "
+        "paper numbers only = the transcription alone; not built yet = "
         "reproducible here, pending the issue named; the lecture notes (001) have no numbered "
         "tables or figures, so their worked examples are listed instead. Computed from the "
         "experiment plan and config/paper_results, so it changes with them.",

@@ -1,0 +1,59 @@
+"""A target's time from its jobs' benchmark files: summed per rule, jobs without a benchmark
+directive counted apart, and a timed job that never ran named (the total is then a bound)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.plan.times import benchmark_seconds, hours_minutes, rule_times, table
+
+DRY_RUN = """
+rule heal_train:
+    output: a
+    benchmark: benchmarks/heal/a.tsv
+
+rule heal_train:
+    output: b
+    benchmark: benchmarks/heal/b.tsv
+
+rule models_distil:
+    output: c
+    benchmark: benchmarks/models/c.tsv
+
+localrule report_status:
+    output: d
+
+rule all:
+    input: d
+"""
+HEADER = "s\th:m:s\tmax_rss\n"
+
+
+def _bench(root, name: str, *seconds: float) -> None:
+    path = root / "benchmarks" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(HEADER + "".join(f"{s}\t0:00:00\t1.0\n" for s in seconds))
+
+
+def test_jobs_summed_per_rule_and_a_missing_one_named(tmp_path) -> None:
+    _bench(tmp_path, "heal/a.tsv", 3000.0)
+    _bench(tmp_path, "models/c.tsv", 100.0, 140.0)  # two repeats: their mean
+    rules, untimed = rule_times(DRY_RUN, tmp_path)
+    assert untimed == 1 and set(rules) == {"heal_train", "models_distil"}  # not `all`
+    heal = rules["heal_train"]
+    assert (heal.jobs, heal.timed, heal.seconds) == (2, 1, 3000.0)
+    assert heal.missing == ["benchmarks/heal/b.tsv"]
+    assert rules["models_distil"].seconds == pytest.approx(120.0)
+    text = "\n".join(table(rules, untimed))
+    assert "| **total** | 3 | 2 | **52 min** |" in text
+    assert "INCOMPLETE: 1 timed jobs" in text and "- benchmarks/heal/b.tsv" in text
+    _bench(tmp_path, "heal/b.tsv", 600.0)
+    text = "\n".join(table(*rule_times(DRY_RUN, tmp_path)))
+    assert "**1 h 2 min**" in text and "INCOMPLETE" not in text
+
+
+def test_time_formats_and_an_empty_benchmark_refused(tmp_path) -> None:
+    assert hours_minutes(59) == "1 min" and hours_minutes(3600 * 2 + 61) == "2 h 1 min"
+    (tmp_path / "empty.tsv").write_text(HEADER)
+    with pytest.raises(ValueError, match="no benchmark rows"):
+        benchmark_seconds(tmp_path / "empty.tsv")
