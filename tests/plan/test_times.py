@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.plan.times import benchmark_seconds, hours_minutes, rule_times, table
+from kvspec.plan.times import benchmark_seconds, hours_minutes, main, rule_times, table
 
 DRY_RUN = """
 rule heal_train:
@@ -57,3 +57,8 @@ def test_time_formats_and_an_empty_benchmark_refused(tmp_path) -> None:
     (tmp_path / "empty.tsv").write_text(HEADER)
     with pytest.raises(ValueError, match="no benchmark rows"):
         benchmark_seconds(tmp_path / "empty.tsv")
+
+
+def test_an_empty_dry_run_is_an_error_not_a_zero_total() -> None:
+    with pytest.raises(SystemExit, match="no jobs in the dry run"):
+        main("Error in rule x:\n")

@@ -145,10 +145,11 @@ def test_config_edit_reruns_only_what_it_touches(ci_run: Path, tmp_path: Path) -
     figures = {f"report_specdec_qwen_figure_{i}": 1 for i in range(1, 11)}
     figures["report_specdec_qwen_math500"] = 1
     # Document 003: the draft drafts in the speculative and PipeInfer runs, so the runs, the
-    # simulation calibrated on them and their report items rerun (Tables I-IV do not).
+    # simulation calibrated on them and their report items rerun (Tables I-IV do not), and so
+    # does Figure 9's second pair (target_alt with the draft)
     pipeline = {"pipeline_run": 1, "pipeline_simulate": 1, "report_pipeinfer_runs": 1,
-                "report_pipeinfer_simulation_validation": 1,
-                **{f"report_pipeinfer_figure_{i}": 1 for i in (4, 5, 6, 7, 8, 10)}}  # fmt: skip
+                "report_pipeinfer_simulation_validation": 1, "pipeline_pair": 1,
+                **{f"report_pipeinfer_figure_{i}": 1 for i in (4, 5, 6, 7, 8, 9, 10)}}  # fmt: skip
     assert jobs == {"models_distil": 1, "all": 1, **spec_jobs, **drafts, **sampling, **figures,
                     **pipeline}  # fmt: skip
 

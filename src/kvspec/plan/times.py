@@ -82,5 +82,14 @@ def table(rules: dict[str, RuleTime], untimed: int) -> Iterable[str]:
         yield from (f"- {path}" for path in missing)
 
 
+def main(dry_run: str) -> str:
+    """The table for a dry run's text; an empty dry run (snakemake failed) is an error."""
+    rules, untimed = rule_times(dry_run)
+    if not rules and not untimed:
+        raise SystemExit("kvspec.plan.times: no jobs in the dry run on stdin (did snakemake "
+                         "fail? run it without the pipe to see why)")  # fmt: skip
+    return "\n".join(table(rules, untimed))
+
+
 if __name__ == "__main__":
-    print("\n".join(table(*rule_times(sys.stdin.read()))))
+    print(main(sys.stdin.read()))
