@@ -57,7 +57,7 @@ DOCUMENTS: dict[str, tuple[str, str, list[str]]] = {
 LECTURE = ("001_0112e2261da5aa52.txt", "lecture notes: no numbered tables or figures")
 
 _OFF9 = (
-    "off in this config (pipeline.figure_9 lists no model pairs); the document's runs: a "
+    "off in this config (no pipeline block, or pipeline.figure_9 null); the document's runs: a "
     "4-GPU cluster (Table IV)"
 )
 _DIAGRAM = "a diagram of the method: nothing to measure"
