@@ -57,7 +57,9 @@ EXPECTED_JOBS = {
 # calibration statistics are the healing rows' own; paper: no ablation)
 # every scale: + PipeInfer's Figure 9 (one report item; a pipeline_pair job per model pair
 # beyond pipeline_run's own: 1 at ci and mini, 2 at paper)
-TOTALS = {"ci": 247, "config": 338, "paper": 1481}
+# every scale: + the healed MLA target with infini-gram drafting (specdecode_mla and its table)
+# and MoA's Figure 4 (moa_batching and its figure)
+TOTALS = {"ci": 251, "config": 342, "paper": 1485}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -286,6 +288,46 @@ def test_decode_speed_times_planned_models_only(plans, dags, configs, schema) ->
     assert all(i.rule != "report_care_decode_speed" for i in off.report_items())
 
 
+def test_mla_target_reads_the_healed_row_and_the_targets_index(plans, dags, configs,
+                                                             schema) -> None:  # fmt: skip
+    """The last healing budget of the configured row, the GQA target's response index and
+    acceptance rows (the adaptive method), the benchmark questions; all planned."""
+    spec = plans["config"].spec
+    inputs = spec.mla_inputs()
+    assert inputs["mla"] == "results/heal/target/transmla-care/tokens-18432"
+    assert inputs["model"] == "results/models/target"
+    assert inputs["index_target"] == "results/ngram/target/responses_1"
+    assert "calib_index_target" in inputs  # sd_hybrid_target is adaptive
+    assert set(inputs.values()) <= outputs_of(dags["config"]) | {"results/data/humaneval.jsonl"}
+    assert list(spec.mla_models().values()) == ["model", "mla"]
+    job = plans["config"].params("specdecode_mla")(SimpleNamespace(model="target"))
+    assert job["bench"]["n"] == 2 and job["bench"]["kind"] == "code"
+    cfg = copy.deepcopy(configs["config"])
+    cfg["spec"]["mla_target"] = None
+    off = Plan(validate(cfg, schema))
+    assert "specdecode_mla" not in dag_jobs(off.config)
+    assert all(i.rule != "report_spec_mla" for i in off.report_items())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [({"method": "svd"}, r"'spec.mla_target.method': 'svd' is not a restored"),
+     ({"bench": "nowhere"}, "'spec.mla_target.bench': 'nowhere' is not in spec.speed.sets"),
+     ({"methods": ["sd_draft"]}, "'spec.mla_target.methods': 'sd_draft' is not a chain method"),
+     ({"methods": ["sd_infgram_sft"]}, "'sd_infgram_sft' is not a chain method")],
+)  # fmt: skip
+def test_mla_target_errors_name_the_key(configs, schema, edit, message) -> None:
+    from kvspec.config import ConfigError
+
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["spec"]["mla_target"] = {**cfg["spec"]["mla_target"], **edit}
+    with pytest.raises(ConfigError, match=message):
+        Plan(validate(cfg, schema))
+    cfg["spec"]["mla_target"], cfg["care"]["heal"] = cfg["spec"]["mla_target"] | {}, None
+    with pytest.raises(ConfigError, match="'spec.mla_target': needs care.heal"):
+        Plan(validate(cfg, schema))
+
+
 @pytest.mark.parametrize("scale", SCALES)
 def test_report_categories_are_plain_rst_text(plans, scale: str) -> None:
     """A colon after a word in a category ("ch. 4: speed") makes reStructuredText read a link
@@ -372,6 +414,38 @@ def test_moa_block_errors_name_the_key(configs, schema, edit, message) -> None:
 
     cfg = copy.deepcopy(configs["ci"])
     cfg["moa"] = {**cfg["moa"], **edit}
+    with pytest.raises(ConfigError, match=message):
+        Plan(validate(cfg, schema))
+
+
+def test_moa_batching_reads_the_targets_heads_and_index(plans, dags, configs, schema) -> None:
+    """Figure 4: the target's heads it batches, the requests' prompts, the n-gram index; the
+    job's requests are moa.batching.n, not the set's own n."""
+    moa = plans["config"].moa
+    inputs = moa.batching_inputs()
+    assert sorted(k for k in inputs if k.startswith("head_")) == ["head_eagle", "head_ours"]
+    assert inputs["index_target"] == "results/ngram/target/responses_1"
+    assert set(inputs.values()) <= outputs_of(dags["config"]) | {"results/data/humaneval.jsonl"}
+    job = plans["config"].params("moa_batching")(SimpleNamespace(model="target"))
+    assert job["bench"]["n"] == 8 and job["slots"] == [1, 2, 4, 8] and job["chain_k"] == 4
+    assert "results/moa/target/batching.json" in dags["config"]["moa_batching"]
+    cfg = copy.deepcopy(configs["config"])
+    cfg["moa"]["batching"] = None
+    off = Plan(validate(cfg, schema))
+    assert "moa_batching" not in dag_jobs(off.config)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [({"set": "nowhere"}, "'moa.batching.set': 'nowhere' is not a set"),
+     ({"drafters": ["ghost"]}, r"'moa.batching.drafters': \['ghost'\] are not main drafters"),
+     ({"baselines": ["sd_draft"]}, r"'moa.batching.baselines': \['sd_draft'\] are not chain")],
+)  # fmt: skip
+def test_moa_batching_errors_name_the_key(configs, schema, edit, message) -> None:
+    from kvspec.config import ConfigError
+
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["moa"]["batching"] = {**cfg["moa"]["batching"], **edit}
     with pytest.raises(ConfigError, match=message):
         Plan(validate(cfg, schema))
 

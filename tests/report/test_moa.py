@@ -143,3 +143,32 @@ def test_the_vocabulary_sweep_orders_greedy_then_n_then_the_full_vocabulary(tmp_
     assert list(table["drafter"]) == ["greedy", *["Ours (TLI=0)"] * 3]
     assert table["speedup"].tolist() == pytest.approx([1.0, 1.1, 0.75, 0.6])
     assert "Not in the document" in Path(out["md"]).read_text()
+
+
+def test_figure_4_throughput_against_greedy_at_each_batch_size(tmp_path) -> None:
+    import json
+
+    from kvspec.report.moa import render_figure_4
+
+    def row(method: str, slots: int, seconds: float, drafted: int, accepted: int) -> dict:
+        return {"method": method, "slots": slots, "requests": 4, "tokens": 40,
+                "seconds": seconds, "tok_s": 40 / seconds, "steps": 10, "row_steps": 18,
+                "row_drafts": 18, "drafted": drafted, "accepted": accepted,
+                "draft_seconds": seconds / 4, "verify_seconds": seconds / 2,
+                "same_as_alone": 4}  # fmt: skip
+
+    rows = [row("greedy", 1, 4.0, 0, 0), row("eagle", 1, 2.0, 20, 5),
+            row("greedy", 2, 2.0, 0, 0), row("eagle", 2, 4.0, 20, 10)]  # fmt: skip
+    settings = {"bench": {"n": 4}, "new_tokens": 10, "chain_k": 4, "dtype": "float32"}
+    path = tmp_path / "batching.json"
+    path.write_text(json.dumps({"cpu": "x", "threads": 2, "settings": settings, "rows": rows}))
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    render_figure_4({"labels": {"eagle": "EAGLE-2"}, "set": "humaneval"},
+                    {"runs": [str(path)]}, out)  # fmt: skip
+    table = pd.read_csv(out["csv"]).set_index(["method", "batch size"])
+    assert table.loc[("EAGLE-2", 1), "vs greedy"] == 2.0
+    assert table.loc[("EAGLE-2", 2), "vs greedy"] == 0.5
+    assert table.loc[("EAGLE-2", 2), "accepted / drafted"] == 0.5
+    assert pd.isna(table.loc[("greedy (no drafting)", 1), "accepted / drafted"])
+    assert table.loc[("greedy (no drafting)", 1), "tokens per row step"] == 2.0
+    assert Path(out["png"]).stat().st_size > 0

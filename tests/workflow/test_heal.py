@@ -85,6 +85,8 @@ def test_changing_a_budget_reruns_healing_but_not_restoration(ci_run: Path, tmp_
         "evaluate_healed": 8,
         "report_heal_table_3_3": 1,
         "report_heal_convergence": 1,
+        "specdecode_mla": 1,  # the MLA target with infini-gram drafting: the last budget's model
+        "report_spec_mla": 1,
         "all": 1,
     }
 

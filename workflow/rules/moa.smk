@@ -46,6 +46,29 @@ if PLAN.moa:
         script:
             script_path("moa_bench.py")
 
+    if PLAN.moa.batching:
+
+        rule moa_batching:
+            input:
+                unpack(PLAN.moa.batching_inputs),
+            output:
+                P.MOA_BATCHING,
+            log:
+                P.LOG["moa_batching"],
+            benchmark:
+                P.BENCH["moa_batching"]
+            wildcard_constraints:
+                model=one_of([PLAN.moa.target]),
+            conda:
+                env_path("evaluation")
+            threads: workflow.cores  # timed: holds the machine
+            resources:
+                **PLAN.resources("moa_batching"),
+            params:
+                job=PLAN.params("moa_batching"),
+            script:
+                script_path("moa_batching.py")
+
     rule moa_quality:
         input:
             unpack(PLAN.moa.quality_inputs),

@@ -54,6 +54,29 @@ if PLAN.spec:
         script:
             script_path("specdecode_speed.py")
 
+    if PLAN.spec.mla:
+
+        rule specdecode_mla:
+            input:
+                unpack(PLAN.spec.mla_inputs),
+            output:
+                P.MLA_SPEED,
+            log:
+                P.LOG["specdecode_mla"],
+            benchmark:
+                P.BENCH["specdecode_mla"]
+            wildcard_constraints:
+                model=one_of([PLAN.spec.target]),
+            conda:
+                env_path("evaluation")
+            threads: workflow.cores  # timed: holds the machine
+            resources:
+                **PLAN.resources("specdecode_mla"),
+            params:
+                job=PLAN.params("specdecode_mla"),
+            script:
+                script_path("specdecode_mla.py")
+
     rule specdecode_arctic_build:
         output:
             directory(P.ARCTIC_SUFFIX),

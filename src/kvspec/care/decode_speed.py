@@ -22,7 +22,7 @@ from transformers import DynamicCache
 from kvspec.care.pipeline import kv_cache_widths
 from kvspec.io import write_json
 from kvspec.models.deepseek_absorbed import absorb
-from kvspec.models.load import load_model, use_threads
+from kvspec.models.load import check_positions, load_model, use_threads
 from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ def decode_speed_stage(
         absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
         layout[label] = kv_cache_widths(loaded[label])["cached"]
         vocab = vocab or len(tok)
-        _check_context(label, loaded[label].config, max(contexts) + new_tokens)
+        check_positions(label, loaded[label].config, max(contexts) + new_tokens,
+                        "care.decode_speed.contexts")  # fmt: skip
     rows = measure(loaded, contexts, new_tokens, repeats, vocab, seed)
     base = next(iter(models))
     ref = {r["context"]: r for r in rows if r["model"] == base}
@@ -152,12 +153,3 @@ def decode_speed_stage(
     write_json(
         out_path, {**provenance(settings, models=models), "settings": settings, "rows": rows}
     )
-
-
-def _check_context(label: str, config: Any, needed: int) -> None:
-    longest = config.max_position_embeddings
-    if needed > longest:
-        raise ValueError(
-            f"{label}: a context plus new tokens of {needed} exceeds max_position_embeddings "
-            f"{longest}; lower care.decode_speed.contexts"
-        )

@@ -10,11 +10,13 @@ from torch import nn
 
 
 class FeatureTap:
-    """Records the features (final decoder output, (T, H)) of the target's next forwards."""
+    """Records the features (final decoder output) of the target's next forwards: `last` of
+    the first sequence (T, H), `batch` of every sequence (B, T, H)."""
 
     def __init__(self, target: nn.Module) -> None:
         self.decoder = target.get_decoder()
         self.last: torch.Tensor | None = None
+        self.batch: torch.Tensor | None = None
 
     def __enter__(self) -> FeatureTap:
         self._handle = self.decoder.register_forward_hook(self._keep)
@@ -24,4 +26,5 @@ class FeatureTap:
         self._handle.remove()
 
     def _keep(self, _module: nn.Module, _args: Any, output: Any) -> None:
-        self.last = output.last_hidden_state[0].detach()  # (T, H)
+        self.batch = output.last_hidden_state.detach()  # (B, T, H)
+        self.last = self.batch[0]  # (T, H)

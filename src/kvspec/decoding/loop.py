@@ -50,6 +50,7 @@ def speculative_generate(
     seed: int = 0,
     top_p: float = 1.0,
     verifier: Callable[..., tuple[int, int]] | None = None,
+    prefilled: Any = None,
 ) -> tuple[list[int], list[Step]]:
     """Generate up to `max_new_tokens` tokens with draft-then-verify; return (tokens, steps).
 
@@ -58,13 +59,15 @@ def speculative_generate(
     must propose from the same warp for its own distribution; `verifier` replaces
     `verify_sampling`, e.g. by a deliberately inexact variant to measure it). Drafts are
     shortened so a step never overshoots the budget; generation stops after `eos_token_id`
-    (one id or several, e.g. end-of-text and end-of-turn).
+    (one id or several, e.g. end-of-text and end-of-turn). `prefilled`: a cache already
+    holding the prompt minus its last token (e.g. one long prefill shared by several runs); it
+    is extended in place, and the caller crops it back.
     """
     if mode not in ("greedy", "sample"):
         raise ValueError(f"mode must be 'greedy' or 'sample', not {mode!r}")
     generator = torch.Generator().manual_seed(seed)
     prompt = as_prompt(input_ids)
-    with session(target, prompt, drafter) as (cache, tap, observe, watch):
+    with session(target, prompt, drafter, prefilled) as (cache, tap, observe, watch):
         seq, new, steps = list(prompt), [], []
         while len(new) < max_new_tokens and not ended(new, eos_token_id):
             budget = min(k, max_new_tokens - len(new) - 1)
@@ -99,19 +102,34 @@ def speculative_generate(
 
 
 @contextlib.contextmanager
-def session(target: torch.nn.Module, prompt: list[int], drafter: Any) -> Iterator[tuple]:
-    """The target's cache prefilled with the prompt, and for drafters that read the target's
-    state what they need: (cache, feature tap, `observe`, `observe_cache`); the two hooks are
-    None for drafters without them. Features and cache of the prompt are handed over here."""
+def session(
+    target: torch.nn.Module, prompt: list[int], drafter: Any, prefilled: Any = None
+) -> Iterator[tuple]:
+    """The target's cache prefilled with the prompt (or `prefilled`, which must hold the prompt
+    minus its last token), and for drafters that read the target's state what they need:
+    (cache, feature tap, `observe`, `observe_cache`); the two hooks are None for drafters
+    without them. Features and cache of the prompt are handed over here."""
     observe = getattr(drafter, "observe", None)  # feature drafters (kvspec.neural.eagle)
     watch = getattr(drafter, "observe_cache", None)  # K/V drafters (kvspec.neural.moa)
+    if prefilled is not None:
+        _check_prefilled(prefilled, prompt, observe)
     with feature_tap(target, observe is not None) as tap:
-        cache = prefill(target, prompt)
+        cache = prefill(target, prompt) if prefilled is None else prefilled
         if observe is not None and len(prompt) > 1:
             observe(tap.last, 0)
         if watch is not None:
             watch(cache)
         yield cache, tap, observe, watch
+
+
+def _check_prefilled(cache: Any, prompt: list[int], observe: Any) -> None:
+    if cache.get_seq_length() != len(prompt) - 1:
+        raise ValueError(
+            f"the prefilled cache holds {cache.get_seq_length()} positions; the prompt minus its "
+            f"last token is {len(prompt) - 1}"
+        )
+    if observe is not None:
+        raise ValueError("a drafter that reads the target's features needs its own prefill")
 
 
 def feature_tap(target: torch.nn.Module, wanted: bool) -> Any:

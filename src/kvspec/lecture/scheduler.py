@@ -156,13 +156,14 @@ def _wait_for(queue: list[Request], start: float) -> None:
         time.sleep(delay)
 
 
-def run(model: torch.nn.Module, requests: list[Request], slots: int,
-        policy: str) -> tuple[list[Finished], Batch]:  # fmt: skip
-    """Serve `requests` with at most `slots` rows under `policy` ("static" or "continuous")."""
+def run(model: torch.nn.Module, requests: list[Request], slots: int, policy: str,
+        batch: Batch | None = None) -> tuple[list[Finished], Batch]:  # fmt: skip
+    """Serve `requests` with at most `slots` rows under `policy` ("static" or "continuous"),
+    in `batch` (an empty one of `model`'s by default; e.g. a speculative `SpecBatch`)."""
     if policy not in ("static", "continuous"):
         raise ValueError(f"policy must be 'static' or 'continuous', not {policy!r}")
     queue = sorted(requests, key=lambda r: (r.arrival, r.rid))
-    batch, finished = Batch(model), []
+    batch, finished = batch if batch is not None else Batch(model), []
     start = time.perf_counter()
     while queue or len(batch):
         if len(batch) and (policy == "continuous" or all(r.done for r in batch.rows)):

@@ -23,6 +23,16 @@ def use_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def check_positions(label: str, config: Any, needed: int, key: str) -> None:
+    """Refuse a run needing more positions than `config`'s model has (`key`: what to lower)."""
+    longest = config.max_position_embeddings
+    if needed > longest:
+        raise ValueError(
+            f"{label}: a context plus new tokens of {needed} exceeds max_position_embeddings "
+            f"{longest}; lower {key}"
+        )
+
+
 def load_model(
     model_dir: str | os.PathLike[str],
     *,

@@ -300,15 +300,19 @@ def neural_bench_stage(
     from kvspec.decoding.generate import stop_ids
     from kvspec.decoding.prompts import bench_prompts
     from kvspec.models.load import load_model, use_threads
-    from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+    from kvspec.ngram.methods import (
+        DecodeSettings,
+        Setup,
+        benchmark_methods,
+        input_indexes,
+        open_engines,
+    )
 
     use_threads(threads)
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
-    indexes = {n.removeprefix("index_"): (inputs[n], inputs[f"{n}_stats"])
-               for n in ("index_sft", "index_target") if n in inputs}  # fmt: skip
     setup = Setup(target, stop_ids(target, tokenizer), max_new_tokens,
                   DecodeSettings.from_config(decode), seed=seed,
-                  engines=open_engines(indexes, max_support))  # fmt: skip
+                  engines=open_engines(input_indexes(inputs), max_support))  # fmt: skip
     heads = {name: load_head(inputs[f"head_{name}"], target) for name in drafters}
     extra = {name: load_head(inputs[f"head_{name}"], target) for name in ablations}
     methods = {**benchmark_methods(setup, ["greedy", *baselines], ["greedy"]),

@@ -53,6 +53,7 @@ def _check_extras(config: Mapping[str, Any], moa: Mapping[str, Any]) -> None:
                           "be a key of moa.drafters; the sweep runs on moa.ablation.set, "
                           "which must be set")  # fmt: skip
     _check_alt(config, moa, main)
+    _check_batching(config, moa, main)
     depth = moa["data"]["state_depth"]
     heads = {**moa["drafters"], **(ablation.get("drafters") or {})}
     deep = sorted(n for n, d in heads.items() if int(d.get("tli", 0)) > depth)
@@ -77,3 +78,20 @@ def _check_alt(config: Mapping[str, Any], moa: Mapping[str, Any], main: set[str]
     unknown = sorted(set(alt.get("train") or {}) - set(moa["train"]))
     if unknown:
         raise ConfigError(f"config key 'moa.alt.train': {unknown} are not keys of moa.train")
+
+
+def _check_batching(config: Mapping[str, Any], moa: Mapping[str, Any], main: set[str]) -> None:
+    """Figure 4: a set of moa.sets, main heads, chain n-gram methods."""
+    batching = moa.get("batching") or {}
+    if not batching:
+        return
+    if batching["set"] not in moa["sets"]:
+        raise ConfigError(f"config key 'moa.batching.set': {batching['set']!r} is not a set")
+    unknown = sorted(set(batching["drafters"]) - main)
+    if unknown:
+        raise ConfigError(f"config key 'moa.batching.drafters': {unknown} are not main drafters")
+    chain = {n for n, d in METHODS.items() if d.loop == "chain" and "draft" not in d.inputs}
+    other = sorted(set(batching["baselines"]) - chain)
+    if other:
+        raise ConfigError(f"config key 'moa.batching.baselines': {other} are not chain methods "
+                          "without a draft model")  # fmt: skip

@@ -75,6 +75,16 @@ class Setup:
     gguf: str | None = None  # the target's GGUF file (llama.cpp's methods)
 
 
+def input_indexes(inputs: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """index name -> (index directory, build-stats JSON) of the `index_sft` / `index_target`
+    inputs a rule passes (with their `*_stats`)."""
+    return {
+        name.removeprefix("index_"): (inputs[name], inputs[f"{name}_stats"])
+        for name in ("index_sft", "index_target")
+        if name in inputs
+    }
+
+
 def open_engines(indexes: Mapping[str, tuple[str, str]], max_support: int) -> dict[str, Any]:
     """name -> opened infini-gram engine, from (index directory, its build-stats JSON)."""
     engines = {}

@@ -29,6 +29,7 @@ def check_spec(config: Mapping[str, Any]) -> None:
     _check_acceptance(spec)
     _check_speed(spec, datasets, models)
     _check_drafts(spec, models)
+    _check_mla_target(config)
 
 
 def _need(ok: bool, key: str, message: str) -> None:
@@ -85,3 +86,29 @@ def _check_drafts(spec: Mapping[str, Any], models: Mapping[str, Any]) -> None:
         _need(name in models, "spec.drafts.models", f"unknown model {name!r}")
     for name in drafts["sets"]:
         _need(name in spec["speed"]["sets"], "spec.drafts.sets", f"unknown benchmark set {name!r}")
+
+
+def _check_mla_target(config: Mapping[str, Any]) -> None:
+    """The long-context MLA run: a restored, healed row of the GQA target, a known benchmark
+    set, chain methods of the target-response index."""
+    from kvspec.ngram.registry import METHODS
+
+    spec = config["spec"]
+    mla = spec.get("mla_target")
+    if not mla:
+        return
+    heal = (config.get("care") or {}).get("heal") or {}
+    key = "spec.mla_target"
+    _need(heal.get("model") == spec["target"], key,
+          f"needs care.heal with model {spec['target']!r} (spec.target)")  # fmt: skip
+    restored = [m for m in heal.get("methods", []) if m != "svd"]
+    _need(mla["method"] in restored, f"{key}.method",
+          f"{mla['method']!r} is not a restored care.heal.methods row {restored}")  # fmt: skip
+    _need(mla["bench"] in spec["speed"]["sets"], f"{key}.bench",
+          f"{mla['bench']!r} is not in spec.speed.sets")  # fmt: skip
+    for name in mla["methods"]:
+        decl = METHODS.get(name)
+        _need(decl is not None and decl.loop == "chain" and decl.index in (None, "target")
+              and "draft" not in decl.inputs, f"{key}.methods",
+              f"{name!r} is not a chain method drafting from the target-response index or "
+              "the prompt")  # fmt: skip

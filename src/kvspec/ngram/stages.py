@@ -191,18 +191,20 @@ def speed_stage(
     from kvspec.decoding.bench import run_benchmark
     from kvspec.decoding.bench_summary import mark_divergence, summarize
     from kvspec.decoding.prompts import bench_prompts
-    from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+    from kvspec.ngram.methods import (
+        DecodeSettings,
+        Setup,
+        benchmark_methods,
+        input_indexes,
+        open_engines,
+    )
 
     use_threads(threads)
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
     draft = (
         load_model(inputs["draft"], dtype=dtype, device=device)[0] if "draft" in inputs else None
     )
-    indexes = {
-        name.removeprefix("index_"): (inputs[name], inputs[f"{name}_stats"])
-        for name in ("index_sft", "index_target")
-        if name in inputs
-    }
+    indexes = input_indexes(inputs)
     setup = Setup(
         target,
         stop_ids(target, tokenizer),

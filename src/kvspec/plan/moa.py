@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from kvspec.ngram.registry import INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
-from kvspec.plan.items import ReportItem, table_outputs
+from kvspec.plan.items import Output, ReportItem, figure_outputs, table_outputs
 
 CATEGORY = "Mixture of Attentions drafters (document 002)"
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
@@ -104,10 +105,31 @@ class MoAPlan:
             inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
         return inputs
 
-    def indexes(self) -> set[tuple[str, str, str]]:
-        """(model, corpus, fraction) of the indexes the baselines read, per decoding job."""
-        needs = {n for m in self.moa["baselines"] for n in METHOD_INPUTS[m]} & set(INDEX_OF)
-        return {(model, *INDEX_OF[n]) for model in self.models() for n in needs}
+    # ---------------------------------------------------------------- Figure 4: batching
+
+    @property
+    def batching(self) -> Mapping[str, Any] | None:
+        return self.moa.get("batching")
+
+    def batching_inputs(self, wildcards: Any = None) -> dict[str, str]:
+        """The target, the heads it batches, the requests' prompt file, the n-gram indexes."""
+        b, model = self.batching, self.target
+        bench = self.bench_inputs(SimpleNamespace(model=model))
+        inputs = {"model": bench["model"], "prompts": bench[f"prompts_{b['set']}"]}
+        inputs |= {f"head_{d}": bench[f"head_{d}"] for d in b["drafters"]}
+        for name in sorted({n for m in b["baselines"] for n in METHOD_INPUTS[m]} & set(INDEX_OF)):
+            corpus, fraction = INDEX_OF[name]
+            index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
+            inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
+        return inputs
+
+    def batching_settings(self) -> dict[str, Any]:
+        b = self.batching
+        return {"drafters": list(b["drafters"]), "baselines": list(b["baselines"]),
+                "bench": {**self.sets()[b["set"]], "n": b["n"]}, "new_tokens": b["new_tokens"],
+                "slots": list(b["slots"]), "chain_k": self.moa["chain_k"],
+                "decode": dict(self.spec.spec["decode"]),
+                "max_support": self.spec.spec["index"]["max_support"]}  # fmt: skip
 
     def quality_inputs(self, wildcards: Any) -> dict[str, str]:
         """A model's decoding runs and the prompt files of the scored sets."""
@@ -172,6 +194,16 @@ class MoAPlan:
             items.append(self._item("moa_vocab_sweep", "moa:render_vocab_sweep", runs,
                                     {**params, "vocab_sweep": self.vocab_sweep},
                                     "drafting vocabulary sweep"))  # fmt: skip
+        if self.batching:
+            labels_of = {d: labels[d] for d in self.batching["drafters"]}
+            items.append(ReportItem(
+                rule="report_moa_figure_4", renderer="moa:render_figure_4",
+                log=paths.REPORT_LOG.format(name="moa_figure_4"), category=CATEGORY,
+                inputs={"runs": [paths.MOA_BATCHING.format(model=self.target)]},
+                params={"labels": labels_of, "set": self.batching["set"]},
+                outputs=figure_outputs("moa_figure_4", "Figure 4")
+                | {"md": Output(paths.report("moa_figure_4", "md"))}, document="moa",
+            ))  # fmt: skip
         for stem, label in TRANSCRIBED.items():
             items.append(self._item(stem, "tables:render_paper_only",
                                     {"paper": [self._paper(stem)]}, {}, label))  # fmt: skip

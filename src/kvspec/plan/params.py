@@ -200,6 +200,25 @@ def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "max_support": spec["index"]["max_support"], **_run(c)}  # fmt: skip
 
 
+def _specdecode_mla(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    from kvspec.seeds import derive
+
+    mla, spec = c["spec"]["mla_target"], c["spec"]
+    return {"models": plan.spec.mla_models(), "methods": mla["methods"],
+            "bench": plan.spec.bench_set(mla["bench"]) | {"n": mla["n"]},
+            "contexts": mla["contexts"],
+            "max_new_tokens": mla["max_new_tokens"], "decode": spec["decode"],
+            "max_support": spec["index"]["max_support"], **_run(c, "device", "dtype"),
+            "seed": derive(c["seed"], "specdecode_mla")}  # fmt: skip
+
+
+def _moa_batching(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    from kvspec.seeds import derive
+
+    return {"model": plan.moa.target, **plan.moa.batching_settings(),
+            **_run(c, "device", "dtype"), "seed": derive(c["seed"], "moa_batching")}  # fmt: skip
+
+
 def _no_params(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     """Builds of pinned peer releases: nothing in the config shapes them."""
     return {}
@@ -300,6 +319,7 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "ngram_index": _ngram_index,
     "specdecode_acceptance": _specdecode_acceptance,
     "specdecode_speed": _specdecode_speed,
+    "specdecode_mla": _specdecode_mla,
     "specdecode_arctic_build": _no_params,
     "specdecode_llamacpp_build": _no_params,
     "models_gguf": _models_gguf,
@@ -314,6 +334,7 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "pipeline_pair": _pipeline_pair,
     "moa_train": _moa_train,
     "moa_bench": _moa_bench,
+    "moa_batching": _moa_batching,
     "moa_quality": _moa_quality,
     "remote_run": _remote_run,
 }

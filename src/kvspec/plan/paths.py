@@ -64,6 +64,7 @@ INDEX_STATS = "results/ngram/{model}/{corpus}_{fraction}.json"
 ACCEPTANCE = "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv"
 SPEED_RUNS = "results/specdecode/{model}/{bench}/runs.json"
 SPEED_SUMMARY = "results/specdecode/{model}/{bench}/summary.csv"
+MLA_SPEED = "results/specdecode/{model}/mla_long_context.json"  # a healed MLA target drafting
 DRAFT_LATENCY = "results/specdecode/{model}/draft_latency.json"
 DRAFT_QUALITY = "results/draft_quality/{model}.json"
 
@@ -83,6 +84,7 @@ MOA_HEAD = "results/moa/{model}/heads/{drafter}.pt"
 MOA_STATES = "results/moa/{model}/states"  # the target's states, shared by its heads' jobs
 MOA_BENCH_RUNS = "results/moa/{model}/bench.json"
 MOA_BENCH_SUMMARY = "results/moa/{model}/bench.csv"
+MOA_BATCHING = "results/moa/{model}/batching.json"  # Figure 4: continuous batching
 MOA_QUALITY_RUNS = "results/moa/{model}/quality.json"
 MOA_QUALITY_SUMMARY = "results/moa/{model}/quality.csv"
 REMOTE_RUNS = "results/remote/{model}/{drafter}.json"
@@ -123,6 +125,7 @@ LOG: dict[str, str] = {
         "logs/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.log"
     ),
     "specdecode_speed": "logs/specdecode/{model}/{bench}.log",
+    "specdecode_mla": "logs/specdecode/{model}/mla_long_context.log",
     "specdecode_arctic_build": "logs/specdecode/arctic_build.log",
     "specdecode_llamacpp_build": "logs/specdecode/llamacpp_build.log",
     "models_gguf": "logs/models/{model}_gguf.log",
@@ -139,6 +142,7 @@ LOG: dict[str, str] = {
     "moa_train": "logs/moa/{model}/train_{drafter}.log",
     "moa_bench": "logs/moa/{model}/bench.log",
     "moa_quality": "logs/moa/{model}/quality.log",
+    "moa_batching": "logs/moa/{model}/batching.log",
     "remote_run": "logs/remote/{model}/{drafter}.log",
 }
 # quick bookkeeping rules have no benchmark

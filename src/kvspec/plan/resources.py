@@ -132,10 +132,11 @@ def on_device(need: Need, device: str) -> Need:
 Estimate = Callable[[Mapping[str, Any], Any], Need]
 # rules that time something: they hold their node alone (locally: every core, `threads:
 # workflow.cores`; under Slurm: --exclusive), so that no other job shares the machine
-TIMED = frozenset({"convert_decode_speed", "specdecode_speed", "specdecode_draft_quality",
-                   "specdecode_draft_latency", "sampling_sweep", "sampling_timing", "moa_bench",
-                   "remote_run", "pipeline_run", "pipeline_pair", "lecture_roofline",
-                   "lecture_batching", "lecture_scheduling"})  # fmt: skip
+TIMED = frozenset({"convert_decode_speed", "specdecode_speed", "specdecode_mla",
+                   "specdecode_draft_quality", "specdecode_draft_latency", "sampling_sweep",
+                   "sampling_timing", "moa_bench", "moa_batching", "remote_run", "pipeline_run",
+                   "pipeline_pair", "lecture_roofline", "lecture_batching",
+                   "lecture_scheduling"})  # fmt: skip
 # ranks started by srun across the job's nodes
 MULTI_NODE = frozenset({"pipeline_run", "pipeline_pair"})
 
@@ -219,6 +220,20 @@ def _decode_speed(config: Mapping[str, Any], wildcards: Any) -> Need:
     steps = len(spec["contexts"]) * spec["new_tokens"] * spec["repeats"] * 4  # 4 timed models
     return inference(card, _dtype(config), batch=1, context=max(spec["contexts"]),
                      decode_steps=steps, score_tokens=sum(spec["contexts"]) * 4)  # fmt: skip
+
+
+def _specdecode_mla(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """Two models of the target's size (GQA and its healed MLA form) in one process: each
+    prefills every prompt once and decodes it with greedy and every method."""
+    card, spec = _model(config, wildcards), config["spec"]["mla_target"]
+    runs = len(spec["contexts"]) * spec["n"] * 2
+    steps = runs * spec["max_new_tokens"] * (1 + len(spec["methods"]))
+    need = inference(card, _dtype(config), batch=1, context=max(spec["contexts"]),
+                     decode_steps=steps, score_tokens=runs * max(spec["contexts"]))  # fmt: skip
+    both = 2 * need.gpu_gb * need.gpus  # the MLA model is at most the GQA one's size
+    gpus = gpus_for(both)
+    return dataclasses.replace(need, gpus=gpus, gpu_gb=both / gpus, host_gb=2 * need.host_gb,
+                               cpus=8 * gpus)  # fmt: skip
 
 
 def _heal_train(config: Mapping[str, Any], wildcards: Any) -> Need:
@@ -324,6 +339,16 @@ def _moa_bench(config: Mapping[str, Any], wildcards: Any) -> Need:
     return inference(card, _dtype(config), batch=1, context=4096, decode_steps=steps)
 
 
+def _moa_batching(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """Figure 4: each method serves the requests at every batch size; counted as if every
+    step decoded one token of one request (the upper bound, batch size 1)."""
+    card, b = _model(config, wildcards), config["moa"]["batching"]
+    methods = 1 + len(b["baselines"]) + len(b["drafters"])
+    steps = len(b["slots"]) * methods * b["n"] * b["new_tokens"]
+    return inference(card, _dtype(config), batch=max(b["slots"]), context=4096,
+                     decode_steps=steps)  # fmt: skip
+
+
 def _remote(config: Mapping[str, Any], wildcards: Any) -> Need:
     card, r = _model(config, wildcards), config["remote"]
     steps = r["n"] * (len(r["profiles"]) + len(r["cuts"])) * r["max_new_tokens"]
@@ -405,6 +430,7 @@ ESTIMATES: dict[str, Estimate] = {
     "convert_mla": _cpu_linear_algebra,
     "heal_restore": _cpu_linear_algebra,
     "convert_decode_speed": _decode_speed,
+    "specdecode_mla": _specdecode_mla,
     "evaluate_original": _evaluate,
     "evaluate_lmeval": _evaluate,
     "evaluate_healed": _evaluate,
@@ -419,6 +445,7 @@ ESTIMATES: dict[str, Estimate] = {
     "sampling_math500": _sampling("math500"),
     "moa_train": _moa_train,
     "moa_bench": _moa_bench,
+    "moa_batching": _moa_batching,
     "remote_run": _remote,
     "pipeline_run": _pipeline,
     "pipeline_pair": _pipeline_pair,

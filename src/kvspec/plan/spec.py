@@ -170,6 +170,50 @@ class SpecPlan:
             for bench in runs[model]["sets"]
         ]
 
+    # ---- beyond the documents: a healed MLA target with infini-gram drafting ------------------
+    @property
+    def mla(self) -> dict[str, Any] | None:
+        """The `spec.mla_target` block (None when off)."""
+        return self.spec.get("mla_target")
+
+    def mla_models(self) -> dict[str, str]:
+        """{label: input name} the long-context run times, the GQA original first."""
+        heal = self.config["care"]["heal"]
+        label = f"{self.mla['method']} healed ({heal['train']['budgets'][-1]} tokens, MLA)"
+        return {"GQA (original)": "model", label: "mla"}
+
+    def mla_inputs(self, wildcards: Any = None) -> dict[str, str]:
+        """Both models, the benchmark questions, the history (the target's responses), the
+        target-response index and the adaptive methods' acceptance rows."""
+        budget = self.config["care"]["heal"]["train"]["budgets"][-1]
+        index = paths.INDEX.format(model=self.target, corpus="responses", fraction="1")
+        inputs = {
+            "model": paths.MODEL.format(model=self.target),
+            "mla": paths.HEALED.format(model=self.target, method=self.mla["method"],
+                                       budget=budget),
+            "prompts": self.bench_prompts(self.mla["bench"]),
+            "responses": paths.RESPONSES.format(model=self.target),
+            "index_target": index,
+            "index_target_stats": f"{index}.json",
+        }  # fmt: skip
+        needs = {n for m in self.mla["methods"] for n in METHOD_INPUTS[m]}
+        if "calib_index_target" in needs:
+            held = self.spec["acceptance"]["heldout"][0]
+            inputs["calib_index_target"] = self._acceptance("responses", "1", "target", held)
+        return inputs
+
+    def _mla_item(self) -> ReportItem:
+        return ReportItem(
+            rule="report_spec_mla",
+            renderer="mla_speed:render",
+            log=paths.REPORT_LOG.format(name="spec_mla"),
+            category=SPEED_CATEGORY,
+            inputs={"runs": [paths.MLA_SPEED.format(model=self.target)]},
+            outputs=table_outputs("thesis_mla_infinigram",
+                                  label="CARE-converted target with infini-gram drafting"),
+            params={"bench": self.bench_set(self.mla["bench"]) | {"n": self.mla["n"]}},
+        )  # fmt: skip
+
     # ---- draft models -------------------------------------------------------------------------
     def draft_target(self, model: str) -> str:
         """What a draft drafts for: the model it is distilled from, else the main target."""
@@ -290,4 +334,5 @@ class SpecPlan:
                 "latency": dict(self.spec["latency"]),
             },
         )
-        return [acceptance, speed] + ([self._drafts_item()] if self.drafts else [])
+        drafts = [self._drafts_item()] if self.drafts else []
+        return [acceptance, speed, *drafts, *([self._mla_item()] if self.mla else [])]
