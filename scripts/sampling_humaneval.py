@@ -19,4 +19,5 @@ with log_to(snakemake.log[0]):
         dtype=job["dtype"],
         threads=snakemake.threads,
         checkpoint=job["checkpoint"],
+        pilot=snakemake.input.get("pilot"),
     )

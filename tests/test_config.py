@@ -50,6 +50,8 @@ def _set(cfg: dict, dotted: str, value) -> None:
         ("pipeline.pipeinfer.cutoff", 2.0, "pipeline.pipeinfer.cutoff"),  # a probability
         ("care.factorize.care_lambda", 1.5, "care.factorize.care_lambda"),
         ("sandbox.filesystem", "off", "sandbox.filesystem"),
+        ("sampling.humaneval.problems", "all", "sampling.humaneval.problems"),
+        ("sampling.pilot.samples", 0, "sampling.pilot.samples"),
         ("care.factorize.care_shrinkage", "ridge", "care.factorize.care_shrinkage"),
         ("care.heal.rank_bounds", [1.5, 2.0], "care.heal.rank_bounds"),
         ("care.waterfill_bounds", [0.5, 0.8], "care.waterfill_bounds"),
@@ -72,6 +74,12 @@ def test_bad_value_names_the_key(
 ) -> None:
     _set(ci_config, key, value)
     with pytest.raises(ConfigError, match=f"config key '{named}'"):
+        validate(ci_config, schema)
+
+
+def test_pilot_selection_needs_the_pilot(ci_config: dict, schema: dict) -> None:
+    ci_config["sampling"]["pilot"] = None
+    with pytest.raises(ConfigError, match="config key 'sampling.pilot'"):
         validate(ci_config, schema)
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from kvspec.decoding.loop import greedy_generate
-from kvspec.decoding.warp import sample_generate, warp
+from kvspec.decoding.warp import sample_generate, sample_rows, warp
 from tests.tiny import tiny_llama
 
 
@@ -33,3 +33,20 @@ def test_classical_sampling_is_seeded_and_greedy_at_tiny_top_p() -> None:
     assert greedy == greedy_generate(model, [1, 2, 3], 8)
     stopped, _ = sample_generate(model, [1, 2, 3], 8, top_p=1e-9, eos_token_id=[greedy[2]])
     assert stopped == greedy[:3]
+
+
+def test_batched_rows_are_the_single_row_samples_of_their_seeds() -> None:
+    model = tiny_llama(0)
+    seeds = [5, 11, 12, 40]
+    alone = [sample_generate(model, [1, 2, 3], 12, temperature=1.3, top_p=0.9, seed=s)[0]
+             for s in seeds]  # fmt: skip
+    rows = sample_rows(model, [1, 2, 3], seeds, 12, temperature=1.3, top_p=0.9)
+    assert rows == alone and len({tuple(r) for r in rows}) > 1
+    # a stop ends its own row only; the others keep decoding in a smaller batch
+    stop = alone[1][4]
+    stopped = sample_rows(model, [1, 2, 3], seeds, 12, temperature=1.3, top_p=0.9,
+                          eos_token_id=[stop])  # fmt: skip
+    expected = [sample_generate(model, [1, 2, 3], 12, temperature=1.3, top_p=0.9, seed=s,
+                                eos_token_id=[stop])[0] for s in seeds]  # fmt: skip
+    assert stopped == expected and len(stopped[1]) == 5
+    assert any(len(r) == 12 for r in stopped)

@@ -48,7 +48,9 @@ def test_reduced_head_answers_in_full_width_with_zero_mass_outside(draft) -> Non
         head = attach_reduced_head(draft, keep)
         got = draft(input_ids=ids).logits  # (1, 4, V)
     assert reduced_head(draft) is head and draft.config.to_dict()[CONFIG_KEY] == len(keep)
-    assert torch.equal(got[..., keep], full[..., keep])  # the kept rows of the old layer
+    # the kept rows of the old layer; a narrower product may take another matmul kernel (bit
+    # for bit on AVX-512, last-bit float64 differences on AVX2)
+    torch.testing.assert_close(got[..., keep], full[..., keep], rtol=0, atol=1e-12)
     outside = [t for t in range(VOCAB) if t not in keep]
     assert (got[..., outside] == torch.finfo(got.dtype).min).all()
     assert torch.softmax(got, -1)[..., outside].sum() == 0  # q is exactly 0 outside

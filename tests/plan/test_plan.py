@@ -58,8 +58,9 @@ EXPECTED_JOBS = {
 # every scale: + PipeInfer's Figure 9 (one report item; a pipeline_pair job per model pair
 # beyond pipeline_run's own: 1 at ci and mini, 2 at paper)
 # every scale: + the healed MLA target with infini-gram drafting (specdecode_mla and its table)
+# ci and mini: + document 004's HumanEval pilot (sampling_pilot; paper: all 164 problems)
 # and MoA's Figure 4 (moa_batching and its figure)
-TOTALS = {"ci": 251, "config": 342, "paper": 1485}
+TOTALS = {"ci": 252, "config": 343, "paper": 1485}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -183,6 +184,19 @@ def test_stages_off_when_absent(configs, schema) -> None:
     assert {i.rule for i in plan.report_items()} == {
         "report_table_2_1", "data_sources", "report_models", "report_pretrain",
         "report_status"}  # fmt: skip
+
+
+def test_humaneval_jobs_read_the_pilots_selection(plans, dags) -> None:
+    """At ci and mini the pass@k jobs take the pilot's result and no task ids (a change to the
+    sweep's problems must not rerun them); at paper every problem runs and no pilot is made."""
+    for scale in ("ci", "config"):
+        plan, jobs = plans[scale].sampling, dags[scale]
+        assert jobs["sampling_pilot"] == {"results/sampling/pilot.json": (
+            "results/sampling/pilot.json",)}  # fmt: skip
+        assert plan.pilot_input() == {"pilot": "results/sampling/pilot.json"}
+        assert "task_ids" not in plan.settings("humaneval") and "task_ids" in plan.settings("sweep")
+        assert plan.pilot_job()["model"] == "results/models/target"
+    assert "sampling_pilot" not in dags["paper"] and plans["paper"].sampling.pilot_input() == {}
 
 
 def test_distilled_draft_reads_its_teachers_responses(plans, dags) -> None:

@@ -17,11 +17,16 @@ pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mi
 
 def test_humaneval_per_method(ci_run: Path) -> None:
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())["sampling"]["humaneval"]
+    assert cfg["problems"] == "pilot"  # ci runs the pilot's path, selecting what it tries
+    pilot = json.loads((ci_run / "results/sampling/pilot.json").read_text())
+    assert len(pilot["tasks"]) == len(pilot["selected"]) == 2
     tasks = None
     for method in cfg["methods"]:
         r = json.loads((ci_run / f"results/sampling/humaneval/{method}.json").read_text())
         assert set(r["pass@k"]) == {f"pass@{k}" for k in cfg["ks"]}
-        assert len(r["runs"]) == cfg["problems"] * cfg["completions"]
+        assert list(r["per_task"]) == pilot["selected"]
+        assert r["pilot"]["selected"] == 2
+        assert len(r["runs"]) == 2 * cfg["completions"]
         tasks = tasks or list(r["per_task"])
         assert list(r["per_task"]) == tasks  # the same problems for every method
 

@@ -26,9 +26,32 @@ if PLAN.sampling:
         script:
             script_path("sampling_sweep.py")
 
+    if PLAN.sampling.piloted:
+
+        rule sampling_pilot:
+            input:
+                model=PLAN.sampling.pilot_job()["model"],
+                problems=PLAN.sampling.problems(),
+            output:
+                P.SAMPLING_PILOT,
+            log:
+                P.LOG["sampling_pilot"],
+            benchmark:
+                P.BENCH["sampling_pilot"]
+            conda:
+                env_path("evaluation")
+            threads: 1
+            resources:
+                **PLAN.resources("sampling_pilot"),
+            params:
+                job=PLAN.params("sampling_pilot"),
+            script:
+                script_path("sampling_pilot.py")
+
     rule sampling_humaneval:
         input:
             unpack(PLAN.sampling.humaneval_models),
+            unpack(PLAN.sampling.pilot_input),
             problems=PLAN.sampling.problems(),
         output:
             P.SAMPLING_HUMANEVAL,

@@ -55,3 +55,53 @@ def sample_generate(
         new.append(int(torch.multinomial(probs, 1, generator=gen)))
         ids = torch.tensor([[new[-1]]], device=model.device)
     return new, time.perf_counter() - start
+
+
+@torch.inference_mode()
+def sample_rows(
+    model: torch.nn.Module,
+    prompt: Sequence[int],
+    seeds: Sequence[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    eos_token_id: Sequence[int] = (),
+) -> list[list[int]]:
+    """Classical sampling of len(`seeds`) continuations of one prompt decoded as one batch:
+    the prompt is prefilled once, every row draws from `warp` with its own generator
+    (row i follows `sample_generate(..., seed=seeds[i])`), a row leaves the batch at a stop.
+    One prompt, so the rows share their length and need no padding or mask."""
+    from transformers import DynamicCache
+
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    stops, new = set(eos_token_id), [[] for _ in seeds]
+    cache = DynamicCache()
+    out = model(input_ids=torch.tensor([list(prompt)], device=model.device),
+                past_key_values=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
+    _select_rows(cache, torch.zeros(len(seeds), dtype=torch.long))
+    logits, live = out.logits[:, -1].expand(len(seeds), -1), list(range(len(seeds)))
+    while live:
+        probs = warp(logits.cpu(), temperature, top_p)  # (live, V)
+        for row, p in zip(live, probs, strict=True):
+            new[row].append(int(torch.multinomial(p, 1, generator=gens[row])))
+        keep = [i for i, r in enumerate(live) if _running(new[r], stops, max_new_tokens)]
+        if len(keep) < len(live):
+            _select_rows(cache, torch.tensor(keep, dtype=torch.long))
+            live = [live[i] for i in keep]
+        if not live:
+            break
+        ids = torch.tensor([[new[r][-1]] for r in live], device=model.device)
+        logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1]
+    return new
+
+
+def _running(tokens: list[int], stops: set[int], max_new_tokens: int) -> bool:
+    return len(tokens) < max_new_tokens and tokens[-1] not in stops
+
+
+def _select_rows(cache: object, index: torch.Tensor) -> None:
+    """Keep (or repeat) the batch rows `index` of every layer of a transformers cache."""
+    for layer in cache.layers:  # type: ignore[attr-defined]
+        layer.keys = layer.keys[index.to(layer.keys.device)]
+        layer.values = layer.values[index.to(layer.values.device)]

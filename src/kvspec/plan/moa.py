@@ -12,9 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from kvspec.ngram.registry import INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, figure_outputs, table_outputs
+from kvspec.plan.spec import index_inputs
 
 CATEGORY = "Mixture of Attentions drafters (document 002)"
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
@@ -98,12 +98,7 @@ class MoAPlan:
             src = s["prompts"]
             held = src in self.spec.spec["heldout"]
             inputs[f"prompts_{name}"] = paths.PROMPTS if held else paths.DATA.format(dataset=src)
-        needs = {n for m in self.moa["baselines"] for n in METHOD_INPUTS[m]}
-        for name in sorted(needs & set(INDEX_OF)):
-            corpus, fraction = INDEX_OF[name]
-            index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
-            inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
-        return inputs
+        return inputs | index_inputs(model, self.moa["baselines"])
 
     # ---------------------------------------------------------------- Figure 4: batching
 
@@ -117,11 +112,7 @@ class MoAPlan:
         bench = self.bench_inputs(SimpleNamespace(model=model))
         inputs = {"model": bench["model"], "prompts": bench[f"prompts_{b['set']}"]}
         inputs |= {f"head_{d}": bench[f"head_{d}"] for d in b["drafters"]}
-        for name in sorted({n for m in b["baselines"] for n in METHOD_INPUTS[m]} & set(INDEX_OF)):
-            corpus, fraction = INDEX_OF[name]
-            index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
-            inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
-        return inputs
+        return inputs | index_inputs(model, b["baselines"])
 
     def batching_settings(self) -> dict[str, Any]:
         b = self.batching

@@ -237,6 +237,11 @@ def _specdecode_draft_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any
 
 
 # ---- the other documents ----------------------------------------------------------------------
+def _sampling_pilot(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    return {**plan.sampling.pilot_job(), "sandbox": c["sandbox"],
+            "checkpoint": Wild(paths.SAMPLING_PILOT_STATE), **_run(c)}  # fmt: skip
+
+
 def _sampling(kind: str) -> Callable[[Plan, Mapping[str, Any]], dict[str, Any]]:
     def bundle(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
         extra = {"sandbox": c["sandbox"], "checkpoint": Wild(paths.SAMPLING_HUMANEVAL_STATE)}
@@ -326,6 +331,7 @@ RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {
     "specdecode_draft_latency": _specdecode_draft_latency,
     "specdecode_draft_quality": _specdecode_draft_quality,
     "sampling_sweep": _sampling("sweep"),
+    "sampling_pilot": _sampling_pilot,
     "sampling_humaneval": _sampling("humaneval"),
     "sampling_timing": _sampling("timing"),
     "sampling_math500": _sampling("math500"),

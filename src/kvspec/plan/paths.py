@@ -70,6 +70,8 @@ DRAFT_QUALITY = "results/draft_quality/{model}.json"
 
 # ---- the other documents -------------------------------------------------------------------------
 SAMPLING_SWEEP = "results/sampling/sweep.json"
+SAMPLING_PILOT = "results/sampling/pilot.json"
+SAMPLING_PILOT_STATE = "resources/checkpoints/sampling/pilot.jsonl"
 SAMPLING_HUMANEVAL = "results/sampling/humaneval/{method}.json"
 SAMPLING_HUMANEVAL_STATE = "resources/checkpoints/sampling/humaneval/{method}.jsonl"
 SAMPLING_TIMING = "results/sampling/timing.json"
@@ -132,6 +134,7 @@ LOG: dict[str, str] = {
     "specdecode_draft_latency": "logs/specdecode/{model}/draft_latency.log",
     "specdecode_draft_quality": "logs/draft_quality/{model}.log",
     "sampling_sweep": "logs/sampling/sweep.log",
+    "sampling_pilot": "logs/sampling/pilot.log",
     "sampling_humaneval": "logs/sampling/humaneval/{method}.log",
     "sampling_timing": "logs/sampling/timing.log",
     "sampling_math500": "logs/sampling/math500.log",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvspec.plan.cards import Card, card_of
+from kvspec.plan.sampling import HUMANEVAL_SIZE, humaneval_bound
 
 GB = 1024**3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
@@ -294,7 +295,7 @@ def _sampling(kind: str) -> Estimate:
         s = config["sampling"]
         card = card_of(config, s["target"])
         block = s[kind]
-        runs = {"humaneval": lambda: block["completions"] * block["problems"],
+        runs = {"humaneval": lambda: block["completions"] * humaneval_bound(s),
                 "sweep": lambda: len(block["ks"]) * len(block["temperatures"])
                 * block["problems"] + block["repeats"],
                 "timing": lambda: len(block["methods"]) * block["runs"] * block["problems"],
@@ -303,6 +304,15 @@ def _sampling(kind: str) -> Estimate:
         return inference(card, _dtype(config), batch=1, context=2048, decode_steps=steps)
 
     return estimate
+
+
+def _sampling_pilot(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """The target alone sampling `samples` rows of every tried problem as one batch."""
+    s = config["sampling"]
+    pilot = s["pilot"]
+    steps = (pilot["problems"] or HUMANEVAL_SIZE) * pilot["max_new_tokens"]
+    return inference(card_of(config, s["target"]), _dtype(config), batch=pilot["samples"],
+                     context=2048, decode_steps=steps)  # fmt: skip
 
 
 def _moa_train(config: Mapping[str, Any], wildcards: Any) -> Need:
@@ -440,6 +450,7 @@ ESTIMATES: dict[str, Estimate] = {
     "ngram_index": _index,
     "specdecode_speed": _speed,
     "sampling_sweep": _sampling("sweep"),
+    "sampling_pilot": _sampling_pilot,
     "sampling_humaneval": _sampling("humaneval"),
     "sampling_timing": _sampling("timing"),
     "sampling_math500": _sampling("math500"),

@@ -11,12 +11,21 @@ from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, figure_outputs
 
 CATEGORY = "Speculative sampling (document 004)"
+HUMANEVAL_SIZE = 164
+SHARED = ("prompt_format", "task_ids")  # settings every stage takes
 # figure -> (renderer function, what it shows)
 FIGURES: dict[int, str] = {
     1: "sweep_acceptance", 2: "sweep_repeats", 3: "sweep_time", 4: "sweep_time_per_token",
     5: "timing_experiment", 6: "passk_experiment", 7: "timing_experiment",
     8: "passk_experiment", 9: "passk_methods", 10: "time_per_token",
 }  # fmt: skip
+
+
+def humaneval_bound(sampling: Mapping[str, Any]) -> int:
+    """At most how many problems the HumanEval jobs run of a `sampling` block: `problems`, or
+    every problem the pilot tries when it selects them."""
+    n = sampling["humaneval"]["problems"]
+    return n if n != "pilot" else sampling["pilot"]["problems"] or HUMANEVAL_SIZE
 
 
 class SamplingPlan:
@@ -32,8 +41,9 @@ class SamplingPlan:
     def settings(self, stage: str) -> dict[str, Any]:
         """A stage's settings with the block's shared prompt format and HumanEval task ids.
         HumanEval runs one job per method, so its method list is not a job's setting (adding a
-        method must not rerun the others)."""
-        shared = {k: self.sampling[k] for k in ("prompt_format", "task_ids")}
+        method must not rerun the others), nor are task ids when the pilot chooses its problems."""
+        keys = ("prompt_format",) if stage == "humaneval" and self.piloted else SHARED
+        shared = {k: self.sampling[k] for k in keys}
         own = {k: v for k, v in self.sampling[stage].items()
                if not (stage == "humaneval" and k == "methods")}  # fmt: skip
         return {**own, **shared}
@@ -59,6 +69,22 @@ class SamplingPlan:
 
     def humaneval_models(self, wildcards: Any) -> dict[str, str]:
         return self.models_of([wildcards.method])
+
+    @property
+    def piloted(self) -> bool:
+        """HumanEval pass@k runs on the problems the pilot selected (`humaneval.problems:
+        pilot`)."""
+        return self.sampling["humaneval"]["problems"] == "pilot"
+
+    def pilot_input(self, wildcards: Any = None) -> dict[str, str]:
+        """The pilot's result, an input of the HumanEval jobs when they use its selection."""
+        return {"pilot": paths.SAMPLING_PILOT} if self.piloted else {}
+
+    def pilot_job(self) -> dict[str, Any]:
+        """The pilot's model (the target), its settings and the prompt format."""
+        return {"model": paths.MODEL.format(model=self.target),
+                "settings": dict(self.sampling["pilot"]),
+                "prompt_format": self.sampling["prompt_format"]}  # fmt: skip
 
     def humaneval_method(self, wildcards: Any) -> dict[str, Any]:
         return self.method(wildcards.method)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,18 @@ from kvspec.ngram.registry import CALIBRATION_OF, INDEX_OF, METHOD_INPUTS
 from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, table_outputs
 from kvspec.plan.names import fraction_name
+
+
+def index_inputs(model: str, methods: Iterable[str]) -> dict[str, str]:
+    """The n-gram indexes (and their statistics files) of `model` that `methods` draft from,
+    keyed by the input names the methods' stages read."""
+    inputs = {}
+    for name in sorted({n for m in methods for n in METHOD_INPUTS[m]} & set(INDEX_OF)):
+        corpus, fraction = INDEX_OF[name]
+        index = paths.INDEX.format(model=model, corpus=corpus, fraction=fraction)
+        inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
+    return inputs
+
 
 ACCEPTANCE_CATEGORY = "Thesis ch. 4 (acceptance)"  # no colon: rst would read a link target
 SPEED_CATEGORY = "Thesis ch. 4 (speed)"
@@ -136,10 +148,7 @@ class SpecPlan:
         if "llama_cpp" in needs:
             inputs["llama_cpp"] = paths.LLAMA_CPP
             inputs["gguf"] = paths.GGUF.format(model=wildcards.model)
-        for name in sorted(needs & set(INDEX_OF)):
-            corpus, fraction = INDEX_OF[name]
-            index = paths.INDEX.format(model=wildcards.model, corpus=corpus, fraction=fraction)
-            inputs[name], inputs[f"{name}_stats"] = index, f"{index}.json"
+        inputs |= index_inputs(wildcards.model, self.speed_methods(wildcards))
         if wildcards.model == self.target:  # only the main target has acceptance rows
             for name in sorted(needs & set(CALIBRATION_OF)):
                 corpus = INDEX_OF[CALIBRATION_OF[name]][0]

@@ -224,6 +224,22 @@ CHOSEN = (
 )
 
 
+def _selection_notes(result: dict[str, Any]) -> list[str]:
+    """How the problems were chosen: by the pilot (with its numbers), by id, or the first."""
+    pilot, s = result.get("pilot"), result["settings"]
+    if pilot:
+        p = pilot["settings"]
+        tried = f"HumanEval's first {pilot['tried']}" if p["problems"] else "all of HumanEval"
+        return [
+            f"Problems: the {pilot['selected']} of {pilot['tried']} tried ({tried}) that the "
+            f"pilot passed at least {p['min_passes']} time(s) in {p['samples']} classical "
+            f"samples (T = {p['temperature']}, top-p = {p['top_p']}, seeds split under "
+            "'pilot', which no measurement uses; results/sampling/pilot.json). "
+            "Absolute pass@k is therefore not HumanEval's, only the comparison between methods is."
+        ]
+    return [CHOSEN] if s.get("task_ids") else []
+
+
 def _passk_notes(inputs: dict[str, list[str]]) -> list[str]:
     r = read_json(inputs["result"][0])
     s, tasks = r["settings"], list(r["per_task"])
@@ -237,7 +253,7 @@ def _passk_notes(inputs: dict[str, list[str]]) -> list[str]:
         f"HumanEval {', '.join(tasks)}: {s['completions']} completions each ({prompt}; "
         f"T = {s['temperature']}, top-p = {s['top_p']}, at most {s['max_new_tokens']} tokens), "
         "the same seeds for every method; verdicts from the sandboxed runner.",
-        *([CHOSEN] if s.get("task_ids") else []),
+        *_selection_notes(r),
         "CIs: percentile bootstrap over problems; p_value: paired sign-flip test of the "
         "difference from the first (classical) row on the same problems.",
         "An exact speculative sampler emits the target's distribution, so no difference is "

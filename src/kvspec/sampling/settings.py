@@ -42,6 +42,8 @@ def check_sampling(config: Mapping[str, Any]) -> None:
         kind = s["methods"].get(pair["classical"], {}).get("kind")
         _need(kind == "classical", f"sampling.experiments.{exp}.classical",
               f"{pair['classical']!r} is not a classical method")  # fmt: skip
+    _need(s["humaneval"]["problems"] != "pilot" or bool(s.get("pilot")), "sampling.pilot",
+          "humaneval.problems 'pilot' needs a sampling.pilot block")  # fmt: skip
     for key in ("sweep", "math500"):
         name = s[key]["method"]
         _need(

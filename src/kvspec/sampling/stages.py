@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from kvspec.data.records import read_jsonl
 from kvspec.decoding.generate import stop_ids
-from kvspec.io import Journal, write_json
+from kvspec.io import Journal, read_json, write_json
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
 from kvspec.sampling.methods import Sample, Settings, make_sampler
@@ -60,20 +60,35 @@ def completion_text(tokenizer: Any, tokens: Sequence[int], fmt: str) -> str:
     return "\n" + text.split(FENCE)[0]
 
 
-def chosen_problems(path: str, settings: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The first `problems` of `settings["task_ids"]` (in that order) when ids are given, else
-    the first `problems` records."""
+def chosen_problems(path: str, settings: Mapping[str, Any],
+                    pilot: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """`problems: pilot`: every problem the pilot (`pilot_stage`'s output) selected, in
+    HumanEval order. Otherwise the first `problems` of `settings["task_ids"]` (in that order)
+    when ids are given, else the first `problems` records."""
     records, n = list(read_jsonl(path)), settings["problems"]
+    if n == "pilot":
+        if pilot is None:
+            raise ValueError("sampling problems 'pilot' need the pilot's result")
+        ids = read_json(pilot)["selected"]
+        if not ids:
+            raise ValueError(f"{pilot}: the pilot selected no HumanEval problem (none passed "
+                             "sampling.pilot.min_passes times): nothing to compare")  # fmt: skip
+        return _by_id(path, records, ids)
     ids = settings.get("task_ids")
     if not ids:
         return records[:n]
+    chosen = _by_id(path, records, ids)
+    if len(ids) < n:
+        raise ValueError(f"{n} problems asked for but sampling.task_ids lists {len(ids)}")
+    return chosen[:n]
+
+
+def _by_id(path: str, records: list[dict[str, Any]], ids: Sequence[str]) -> list[dict[str, Any]]:
     by_id = {r["task_id"]: r for r in records}
     missing = [t for t in ids if t not in by_id]
     if missing:
         raise ValueError(f"{path}: no HumanEval problems {missing}")
-    if len(ids) < n:
-        raise ValueError(f"{n} problems asked for but sampling.task_ids lists {len(ids)}")
-    return [by_id[t] for t in ids[:n]]
+    return [by_id[t] for t in ids]
 
 
 def _load(models: Mapping[str, str], dtype: str, device: str) -> dict[str, torch.nn.Module]:
@@ -81,7 +96,7 @@ def _load(models: Mapping[str, str], dtype: str, device: str) -> dict[str, torch
     return {n: load_model(p, dtype=dtype, device=device)[0] for n, p in models.items()}
 
 
-def _tokenizer(model_dir: str) -> Any:
+def tokenizer_of(model_dir: str) -> Any:
     """The tokenizer every model of a stage shares (the first target's)."""
     from transformers import AutoTokenizer
 
@@ -123,7 +138,7 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
     HumanEval prompts, and repeated runs at the Figure 2 temperature: per run drafted,
     prefix-accepted and passing drafts, tokens and seconds."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
@@ -150,18 +165,19 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
 def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                     label: str, method: Mapping[str, Any], settings: Mapping[str, Any],
                     sandbox: Mapping[str, Any], seed: int, device: str, dtype: str,
-                    threads: int, checkpoint: str | None = None) -> None:  # fmt: skip
-    """`completions` samples per problem (the first `problems` of HumanEval, raw prompt
-    completion, stopped at EOS or a blank line) with one method, the same seeds for every
-    method; verdicts from the sandboxed runner; pass@k per problem. Each sample is journalled
-    in `checkpoint` as it finishes, so a killed job resumes with the samples it had (each has
-    its own random stream, so the resumed samples are the uninterrupted run's)."""
+                    threads: int, checkpoint: str | None = None,
+                    pilot: str | None = None) -> None:  # fmt: skip
+    """`completions` samples per problem (`chosen_problems`: the pilot's selection, chosen ids
+    or the first ones; the stub continued or answered in a chat turn) with one method, the same
+    seeds for every method; verdicts from the sandboxed runner; pass@k per problem. Each sample
+    is journalled in `checkpoint` as it finishes, so a killed job resumes with the samples it
+    had (each has its own random stream, so the resumed samples are the uninterrupted run's)."""
     from kvspec.eval.humaneval import score
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
-    chosen, fmt = chosen_problems(problems, settings), settings["prompt_format"]
+    chosen, fmt = chosen_problems(problems, settings, pilot), settings["prompt_format"]
     stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
     sampler = make_sampler(method["kind"], roles, _settings(settings, method, stops))
     journal = Journal(checkpoint, key="sample")
@@ -190,8 +206,17 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     write_json(out, {"method": label, "spec": dict(method), "pass@k": scored["pass@k"],
                      "isolation": scored["isolation"],
                      "per_task": scored["per_task"], "runs": runs, "settings": dict(settings),
+                     "pilot": _pilot_summary(pilot),
                      "provenance": provenance(dict(settings), models=dict(models))})  # fmt: skip
     journal.finish()
+
+
+def _pilot_summary(pilot: str | None) -> dict[str, Any] | None:
+    """What the report says of the pilot: its settings, problems tried, problems selected."""
+    if pilot is None:
+        return None
+    r = read_json(pilot)
+    return {"settings": r["settings"], "tried": len(r["tasks"]), "selected": len(r["selected"])}
 
 
 # ---- Figures 5, 7, 10: time per token side by side --------------------------------------------
@@ -201,7 +226,7 @@ def timing_stage(models: Mapping[str, str], problems: str, out: str, *, target: 
     """Every method on the same prompts and seeds, interleaved run by run in one process after
     a discarded warm-up: latency per sample, time per token, throughput (mean, std)."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
     stops = [*stop_ids(next(iter(loaded.values())), tok), *code_stops(tok, fmt)]
@@ -251,7 +276,7 @@ def math500_stage(models: Mapping[str, str], problems: str, out: str, *, target:
     from kvspec.eval.math500 import is_correct
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), _tokenizer(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     records = list(read_jsonl(problems))[: settings["problems"]]
     stops = stop_ids(roles["target"], tok)
