@@ -1,6 +1,6 @@
 """Document 004's pilot: which HumanEval problems the target solves at all, so that pass@k is
-compared on problems where methods can differ (a problem no sample passes, or every sample
-passes, says nothing about a difference between samplers)."""
+compared on problems where methods can differ (a problem no sample of any method passes says
+nothing about a difference between samplers)."""
 
 from __future__ import annotations
 
