@@ -41,11 +41,13 @@ times: $(VENV)/.installed
 report: $(VENV)/.installed
 	$(BIN)/snakemake --cores all $(MIRROR_ARG) --report results/report.html
 
+# The quick tests in two processes (pytest-xdist; one torch thread each, tests/conftest.py);
+# the Snakemake runs and slow tests in one, since each already uses both cores.
 test: $(VENV)/.installed
-	$(BIN)/python -m pytest -m "not workflow and not slow"
+	$(BIN)/python -m pytest -n 2 -m "not workflow and not slow"
 
-test-all: $(VENV)/.installed
-	$(BIN)/python -m pytest
+test-all: test
+	$(BIN)/python -m pytest -m "workflow or slow"
 
 clean-results:
 	rm -rf results logs benchmarks .snakemake

@@ -12,6 +12,10 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on two cores: one
+    import torch  # thread each, or four threads contend for two cores
+
+    torch.set_num_threads(1)
 FIXTURE_MIRROR = REPO / "tests" / "fixtures" / "mirror"
 
 

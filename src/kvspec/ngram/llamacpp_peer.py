@@ -1,8 +1,10 @@
 """llama.cpp as a peer engine: what a CPU user would run instead of PyTorch (issue 33).
 
 `llama-cpp-python` ships on PyPI as a source release only; `build_llama_cpp` builds the pinned
-version into a directory of its own (portable AVX2/AVX-512 flags: this VM reports AMX, which a
-`-march=native` build uses and then dies on with an illegal instruction). `llama_cpp_method`
+version into a directory of its own, for the x86 extensions this CPU lists in /proc/cpuinfo
+(`cmake_args`; never `-march=native`: a VM that reports AMX made such a build die on an illegal
+instruction, and fixed AVX-512 flags died the same way on AVX2-only machines), and
+`import_llama_cpp` refuses a build whose extensions this CPU lacks. `llama_cpp_method`
 decodes one prompt greedily with llama.cpp on the model's own GGUF file (the quantized weights
 the study's float32 target was dequantized from), plainly or with llama-cpp-python's prompt
 lookup decoding. It is a different engine on different numbers (quantized weights, quantized
@@ -27,19 +29,49 @@ from kvspec.ngram.source_build import download_sdist, pip, require_tools, run_ch
 
 VERSION = "0.3.36"
 DISKCACHE = "5.6.3"
-# portable x86-64 flags of this machine class; GGML_NATIVE would pick up AMX (see above)
-CMAKE_ARGS = (
-    "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON "
-    "-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DLLAMA_BUILD_TESTS=OFF "
-    "-DLLAMA_BUILD_EXAMPLES=OFF"
-)
+# GGML's x86 switches and the /proc/cpuinfo flags each compiles for (GGML_AVX512: -mavx512f
+# -mavx512cd -mavx512vl -mavx512dq -mavx512bw); without GGML_NATIVE, GGML turns SSE4.2 to F16C on
+# by default, so every switch is set either way
+GGML_X86 = {
+    "GGML_SSE42": ("sse4_2",),
+    "GGML_AVX": ("avx",),
+    "GGML_AVX2": ("avx2",),
+    "GGML_FMA": ("fma",),
+    "GGML_BMI2": ("bmi2",),
+    "GGML_F16C": ("f16c",),
+    "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "GGML_AVX512_VBMI": ("avx512vbmi",),
+    "GGML_AVX512_VNNI": ("avx512_vnni",),
+    "GGML_AVX512_BF16": ("avx512_bf16",),
+}
+# LLAVA_BUILD=OFF: llama-cpp-python's multimodal library (mtmd), which text decoding never loads
+BASE_ARGS = "-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAVA_BUILD=OFF"
+
+
+def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
+    """The feature flags of this machine's first CPU (empty where /proc/cpuinfo has none)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return frozenset()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+def cmake_args(flags: frozenset[str]) -> str:
+    """llama.cpp's CMake arguments for a CPU with `flags`: no native tuning, each GGML x86
+    switch ON where `flags` lists all it needs, else OFF (all OFF without x86 flags)."""
+    switches = [f"-D{name}={'ON' if flags.issuperset(needs) else 'OFF'}"
+                for name, needs in GGML_X86.items()]  # fmt: skip
+    return " ".join([BASE_ARGS, *switches])
 
 
 def build_llama_cpp(dest: Path, threads: int = 1, version: str = VERSION) -> Path:
     """Build llama-cpp-python `version` from its source release into `dest` (atomically)."""
     require_tools("llama.cpp")
+    args = cmake_args(cpu_flags())
     with tempfile.TemporaryDirectory() as work, atomic_path(dest) as out:
-        env = {"CMAKE_ARGS": CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": str(threads)}
+        env = {"CMAKE_ARGS": args, "CMAKE_BUILD_PARALLEL_LEVEL": str(threads)}
         sdist = download_sdist("llama-cpp-python", version, Path(work))
         # its pure-Python dependency that the study's environment lacks (numpy, jinja2 and
         # typing-extensions are there already: not installed twice)
@@ -48,13 +80,15 @@ def build_llama_cpp(dest: Path, threads: int = 1, version: str = VERSION) -> Pat
         run_checked([sys.executable, "-c", "import llama_cpp"], {"PYTHONPATH": str(out)})
         sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
         info = {"package": "llama-cpp-python", "version": version, "sdist": sdist.name,
-                "sdist_sha256": sha, "cmake_args": CMAKE_ARGS}  # fmt: skip
+                "sdist_sha256": sha, "cmake_args": args}  # fmt: skip
         (out / "BUILD.json").write_text(json.dumps(info, indent=2))
     return dest
 
 
 def import_llama_cpp(build_dir: str | Path) -> Any:
-    """The `llama_cpp` module of a directory written by `build_llama_cpp`."""
+    """The `llama_cpp` module of a directory written by `build_llama_cpp`; a build for x86
+    extensions this CPU lacks is refused (it would die on an illegal instruction)."""
+    check_build_fits(build_dir, cpu_flags())
     path = str(Path(build_dir).resolve())
     if path not in sys.path:
         sys.path.insert(0, path)
@@ -62,6 +96,18 @@ def import_llama_cpp(build_dir: str | Path) -> Any:
     import llama_cpp.llama_speculative
 
     return llama_cpp
+
+
+def check_build_fits(build_dir: str | Path, flags: frozenset[str]) -> None:
+    """Raise if the build in `build_dir` was compiled for x86 extensions `flags` lacks."""
+    args = json.loads((Path(build_dir) / "BUILD.json").read_text())["cmake_args"].split()
+    missing = [name for name, needs in GGML_X86.items()
+               if f"-D{name}=ON" in args and not flags.issuperset(needs)]  # fmt: skip
+    if missing:
+        raise RuntimeError(
+            f"the llama.cpp build in {build_dir} was compiled for {missing}, which this CPU lacks "
+            f"(it would die on an illegal instruction): delete {build_dir} to rebuild it here"
+        )
 
 
 def llama_cpp_method(
