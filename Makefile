@@ -2,10 +2,10 @@
 #   make reproduce   run the whole study at the mini scale (config/config.yaml);
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
 #   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
-#                    the slow real-model tests (pytest -m "not workflow and not slow")
+#                    the slow real-model tests (pytest -n 2 -m "not workflow and not slow")
 #   make times       each document's job time from benchmarks/ (TARGET=<document>: one)
-#   make test-all    the whole suite, what CI runs: + the whole DAG at ci scale, interrupted
-#                    runs, Slurm, the packaged real models, vLLM, the llama.cpp build
+#   make test-all    the whole suite, what CI runs: make test, then the whole DAG at ci scale,
+#                    interrupted runs, Slurm, the packaged real models, vLLM, the llama.cpp build
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

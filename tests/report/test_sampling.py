@@ -1,5 +1,6 @@
 """Document 004's report: pass@k with bootstrap intervals and paired tests, timing ratios."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,7 @@ def test_pass_at_k_frame_and_figure(tmp_path: Path) -> None:
     assert same["drop_% (paper)"] == pytest.approx(1.7)
     worse = df[(df["method"] == "sd_B_printed") & (df["k"] == 1)].iloc[0]
     assert worse["drop_points (ours)"] == pytest.approx(50) and worse["p_value"] < 0.05
+    assert not re.search(r"\|\s*-0\s*\|", Path(out["md"]).read_text())  # ties: 0, not -0
     assert Path(out["png"]).read_bytes()[:4] == b"\x89PNG"
 
 

@@ -269,7 +269,7 @@ def passk_experiment(
     paper = paper_subset(inputs, "figure", str(item["figure"]))
     pairs = zip(paper["metric"], paper["value"], strict=True)
     drops = {int(m[4:].split("_")[0]): v for m, v in pairs if m.startswith("pass")}
-    df["drop_points (ours)"] = -100 * df["minus_baseline"]
+    df["drop_points (ours)"] = -100 * df["minus_baseline"] + 0.0  # + 0.0: no "-0" for ties
     df["drop_% (paper)"] = [drops.get(k) if m == item["methods"][1] else None
                             for m, k in zip(df["method"], df["k"], strict=True)]  # fmt: skip
     _passk_plot(df, out, f"Figure {item['figure']}: pass@k, Experiment {item['experiment']}")
