@@ -1,7 +1,7 @@
 """llama.cpp as the speed benchmark's peer engine: built from its source release, run through
 the benchmark's own entry point (`build_method`) on SmolLM2's real GGUF file beside our greedy
-decoding of the same float32 weights (network: PyPI; slow: a ~7 min C++ build); the build's
-instruction sets follow this CPU's (the quick tests at the top)."""
+decoding of the same float32 weights (network: PyPI; slow: a 7-9 min C++ build on 2 cores);
+the build's instruction sets follow this CPU's (the quick tests at the top)."""
 
 from __future__ import annotations
 
