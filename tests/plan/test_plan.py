@@ -482,3 +482,17 @@ def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
     assert moa.train_of(main) == moa.moa["train"]
     assert moa.train_of(second) == {**moa.moa["train"], **moa.alt["train"]} != moa.train_of(main)
     assert moa.data_of(second)["state_cache"] == f"results/moa/{alt}/states"
+
+
+def test_generate_responses_goes_to_vllm_as_configured(configs, schema) -> None:
+    """The paper scale generates with vLLM (its environment's python, tensor parallel over the
+    resource model's GPUs, compiled unless `vllm_eager`); the CPU scales with HF generate."""
+    wc = SimpleNamespace(model="target", shard="0")
+    job = Plan(configs["paper"]).params("generate_responses")(wc)
+    assert job["backend"] == "vllm" and job["vllm_python"] == ".venv-vllm/bin/python"
+    assert job["vllm_eager"] is False and job["tensor_parallel"] >= 1
+    cfg = copy.deepcopy(configs["paper"])
+    cfg["spec"]["generate"]["vllm_eager"] = True
+    assert Plan(validate(cfg, schema)).params("generate_responses")(wc)["vllm_eager"] is True
+    mini = Plan(configs["config"]).params("generate_responses")(wc)
+    assert "backend" not in mini and "vllm_eager" not in mini

@@ -21,6 +21,9 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 config.clear()
 config.update(_validated)
+# threads of an untimed multi-threaded job (training, calibration, generation, indexing); timed
+# jobs take every core (threads: workflow.cores) so that nothing runs beside them
+WORK_THREADS = config["resources"]["threads"]
 
 
 onstart:  # before the first job, not in a dry run: gated hub models need a working HF_TOKEN

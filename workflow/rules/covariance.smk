@@ -18,7 +18,7 @@ if PLAN.care:
             calib=WILDCARDS["covariance"],
         conda:
             env_path("training")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("covariance_collect"),
         params:

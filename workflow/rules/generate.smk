@@ -36,7 +36,7 @@ if PLAN.spec:
             shard=WILDCARDS["shard"],
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("generate_responses"),
         params:

@@ -46,7 +46,7 @@ if PLAN.heal:
             method=one_of(PLAN.heal.methods),
         conda:
             env_path("training")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("heal_train"),
         params:
@@ -71,7 +71,7 @@ if PLAN.heal:
                 variant=one_of(PLAN.heal.ablation()),
             conda:
                 env_path("training")
-            threads: 2
+            threads: WORK_THREADS
             resources:
                 **PLAN.resources("heal_ablation"),
             params:

@@ -1,6 +1,6 @@
 # Stage lecture (document 001, the inference-efficiency lecture notes): its worked examples
-# measured on the study's models. Timed examples take both cores (threads: 2), so nothing else
-# runs beside them; each writes results/lecture/<example>.json with provenance.
+# measured on the study's models. Timed examples take every core (threads: workflow.cores), so
+# nothing else runs beside them; each writes results/lecture/<example>.json with provenance.
 
 
 if PLAN.lecture:
@@ -74,7 +74,7 @@ if PLAN.lecture:
             P.lecture("quantization", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("lecture_quantization"),
         params:
@@ -93,7 +93,7 @@ if PLAN.lecture:
             P.lecture("speculative", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("lecture_speculative"),
         params:
@@ -131,7 +131,7 @@ if PLAN.lecture:
             P.lecture("paged", "benchmark")
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("lecture_paged"),
         params:

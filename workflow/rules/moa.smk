@@ -18,7 +18,7 @@ if PLAN.moa:
             P.BENCH["moa_train"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("moa_train"),
         params:
@@ -81,7 +81,7 @@ if PLAN.moa:
             P.BENCH["moa_quality"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("moa_quality"),
         params:

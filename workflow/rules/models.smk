@@ -75,7 +75,7 @@ rule models_distil:
         model=one_of(PLAN.base.distilled),
     conda:
         env_path("training")
-    threads: 2
+    threads: WORK_THREADS
     resources:
         **PLAN.resources("models_distil"),
     params:

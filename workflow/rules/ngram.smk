@@ -20,7 +20,7 @@ if PLAN.spec:
             fraction=one_of(PLAN.spec.fractions),
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("ngram_index"),
         params:

@@ -1,7 +1,8 @@
 # Stage pipeline (document 003, PipeInfer): the target's decoder layers split over processes
 # (torch.distributed, gloo), started by torchrun on this machine; iterative, speculative
 # (SpecInfer-style) and PipeInfer strategies side by side on the same prompts, beside the
-# one-process engine. The job takes the whole machine (threads: 2) so nothing runs beside it.
+# one-process engine. The job takes the whole machine (threads: workflow.cores) so nothing runs
+# beside it.
 
 
 if PLAN.pipeline:

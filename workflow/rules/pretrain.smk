@@ -76,7 +76,7 @@ rule pretrain_train:
         model=one_of(PLAN.base.pretrained),
     conda:
         env_path("training")
-    threads: 2
+    threads: WORK_THREADS
     resources:
         **PLAN.resources("pretrain_train"),
     params:

@@ -1,7 +1,7 @@
 # Stage sampling (document 004): speculative sampling with a draft model and three-model
 # speculative sampling on the target and its distilled drafts. The sweep and the timing rule
-# compare methods side by side in one process (threads: 2, alone on the machine); HumanEval
-# runs one job per method with the same seeds, verdicts from the sandboxed runner.
+# compare methods side by side in one process (threads: workflow.cores, alone on the machine);
+# HumanEval runs one job per method with the same seeds, verdicts from the sandboxed runner.
 
 
 if PLAN.sampling:

@@ -86,7 +86,7 @@ if PLAN.spec:
             P.BENCH["specdecode_arctic_build"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("specdecode_arctic_build"),
         script:
@@ -101,7 +101,7 @@ if PLAN.spec:
             P.BENCH["specdecode_llamacpp_build"]
         conda:
             env_path("evaluation")
-        threads: 2
+        threads: WORK_THREADS
         resources:
             **PLAN.resources("specdecode_llamacpp_build"),
         script:

@@ -18,12 +18,13 @@ class VllmGenerator:
     """Greedy generation of token-id prompts by a vLLM process (context manager)."""
 
     def __init__(self, model_dir: str, *, dtype: str, python: str, tensor_parallel: int,
-                 max_model_len: int) -> None:  # fmt: skip
+                 max_model_len: int, eager: bool = False) -> None:  # fmt: skip
         self.tmp = Path(tempfile.mkdtemp(prefix="kvspec-vllm-"))
         settings = self.tmp / "settings.json"
         settings.write_text(json.dumps({"model": str(model_dir), "dtype": dtype,
                                         "tensor_parallel": tensor_parallel,
-                                        "max_model_len": max_model_len}))  # fmt: skip
+                                        "max_model_len": max_model_len,
+                                        "enforce_eager": eager}))  # fmt: skip
         src = str(Path(__file__).resolve().parents[2])  # the module alone, not kvspec's deps
         env = {**os.environ, "PYTHONPATH": src, "VLLM_CONFIGURE_LOGGING": "1"}
         self.proc = subprocess.Popen([python, "-m", "kvspec.decoding.vllm_generate", str(settings)],

@@ -3,11 +3,11 @@
 
 It imports nothing of kvspec, so the vLLM environment needs only vLLM (its pins differ from the
 study's; the Makefile's `vllm-env` target builds it). The settings name the model directory,
-dtype, tensor-parallel size and context length; the model loads once. Then each line on stdin
-is a request — a JSON file with the prompts (token ids), the token budget, the stop ids and
-where to write the answer — and each answer is each prompt's new token ids, stopped after a
-stop id (as the HF path's `generate_batch` returns them); `KVSPEC-DONE <path>` on stdout says
-it is written.
+dtype, tensor-parallel size, context length and whether to run eagerly (no torch.compile); the
+model loads once. Then each line on stdin is a request — a JSON file with the prompts (token
+ids), the token budget, the stop ids and where to write the answer — and each answer is each
+prompt's new token ids, stopped after a stop id (as the HF path's `generate_batch` returns
+them); `KVSPEC-DONE <path>` on stdout says it is written.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def serve(settings: dict) -> None:
     llm = LLM(model=settings["model"], dtype=settings["dtype"], seed=0,
               tensor_parallel_size=settings["tensor_parallel"],
               max_model_len=settings["max_model_len"],
+              enforce_eager=settings.get("enforce_eager", False),
               gpu_memory_utilization=memory)  # fmt: skip
     for line in sys.stdin:
         path = line.strip()

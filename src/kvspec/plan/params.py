@@ -171,7 +171,7 @@ def _generate_responses(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     from kvspec.plan.resources import need
 
     gen = c["spec"]["generate"]
-    vllm = {"backend": "vllm", "vllm_python": gen["vllm_python"],
+    vllm = {"backend": "vllm", "vllm_python": gen["vllm_python"], "vllm_eager": gen["vllm_eager"],
             "tensor_parallel": lambda w: max(1, need(c, "generate_responses", w).gpus)}  # fmt: skip
     return {"fraction": lambda w: gen["models"][w.model], "heldout": plan.spec.gen_heldout,
             "shards": gen["shards"], "max_new_tokens": gen["max_new_tokens"],
