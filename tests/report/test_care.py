@@ -106,5 +106,7 @@ def test_table_3_1_paired_differences(tmp_path: Path) -> None:
     assert paired.loc["CARE-E − SVD", "arc diff"] == "+75.00 ± 25.00"
     assert paired.loc["CARE-E − ASVD", "arc diff"] == "+25.00 ± 25.00"
     assert paired.loc["CARE-E − SVD", "wiki ppl ratio"] == pytest.approx(0.25)
+    # SE 25 points on 4 documents: 4 x (25 x 2 / 3)^2 documents put 3 points at 2 SE
+    assert paired.loc["CARE-E − SVD", "docs to resolve 3 pts"] == "arc 1112"
     assert "10 ± 0.1" not in Path(out["md"]).read_text()  # perplexity shows no error
     assert "100 ± 10" in Path(out["md"]).read_text()  # ARC 100% ± 10 points

@@ -11,6 +11,7 @@ import pytest
 from kvspec.report.stats import (
     add_stderr,
     display_with_stderr,
+    documents_to_resolve,
     paired_difference,
     stderr_row,
 )
@@ -55,3 +56,12 @@ def test_stderr_columns_and_markdown_display() -> None:
     shown = display_with_stderr(out)
     assert list(shown["acc (ours)"]) == ["50 ± 2.5", "40"]
     assert "acc stderr (ours)" not in shown
+
+
+def test_documents_to_resolve_scale_the_measured_error_as_one_over_root_n() -> None:
+    # 80 documents with a 5.5-point paired SE: 1.5 points (3 at 2 SE) needs (5.5/1.5)^2 x 80
+    assert documents_to_resolve(5.5, 80) == math.ceil(80 * (5.5 / 1.5) ** 2) == 1076
+    assert documents_to_resolve(1.5, 80) == 80  # already there
+    assert documents_to_resolve(3.0, 100, points=6.0, z=1.0) == 25
+    assert documents_to_resolve(0.0, 80) is None  # identical answers: nothing to scale
+    assert documents_to_resolve(float("nan"), 80) is None and documents_to_resolve(2.0, 1) is None

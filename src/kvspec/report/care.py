@@ -23,6 +23,7 @@ from kvspec.report.stats import (
     PPL_METRICS,
     add_stderr,
     display_with_stderr,
+    documents_to_resolve,
     paired_difference,
     stderr_row,
 )
@@ -170,6 +171,7 @@ def paired_table(
             mean, se, _ = diff.get("avg", (math.nan, math.nan, 0))
             row["avg diff / se"] = mean / se if se else math.nan
             row["wiki ppl ratio"] = _ppl(care) / _ppl(other)
+            row[f"docs to resolve {RESOLVE} pts"] = _needed(diff)
             out.append(row)
     df = pd.DataFrame(out)
     notes = [
@@ -178,10 +180,23 @@ def paired_table(
         "differences / sqrt(n)); avg averages the task differences (independent tasks).",
         "avg diff / se > 2: CARE-E ahead beyond two standard errors; < -2: behind.",
         "wiki ppl ratio < 1: CARE-E has the lower WikiText-2 word perplexity (no error given).",
+        f"docs to resolve {RESOLVE} pts: per task, the documents at which this paired standard "
+        f"error (falling as 1/sqrt(n)) would be {RESOLVE / 2:g} points, so that a {RESOLVE}-point "
+        "difference lies two errors from zero (- : identical answers, nothing to extrapolate); "
+        "the eval.tasks limits to set for a rerun that can decide.",
     ]
     heading = f"{title.split(' - ')[0]}: CARE-E vs SVD and ASVD, paired differences"
     write_table(df, outputs["paired_csv"], outputs["paired_md"], heading, notes)
     return df
+
+
+RESOLVE = 3  # accuracy points a paired comparison should resolve (the thesis's gaps: 1-10)
+
+
+def _needed(diff: dict[str, tuple[float, float, int]]) -> str:
+    """`task n` per task: the documents `documents_to_resolve` asks for, from this SE."""
+    needed = {c: documents_to_resolve(se, n, RESOLVE) for c, (_, se, n) in diff.items()}
+    return ", ".join(f"{c} {v if v else '-'}" for c, v in needed.items() if c != "avg")
 
 
 def _ppl(record: dict) -> float:

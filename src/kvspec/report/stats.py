@@ -61,6 +61,15 @@ def paired_difference(
     return out
 
 
+def documents_to_resolve(se: float, n: int, points: float = 3.0, z: float = 2.0) -> int | None:
+    """Documents at which a paired standard error `se` (points, measured on `n` documents, falling
+    as 1/sqrt(n)) would put a `points` difference `z` errors from zero; None when `se` is not
+    positive (identical answers or one document: nothing to extrapolate from)."""
+    if not se > 0 or n < 2:
+        return None
+    return math.ceil(n * (se * z / points) ** 2)
+
+
 def add_stderr(df: pd.DataFrame, ours: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """`df` (a side-by-side table) with a "<m> stderr (ours)" column after each "<m> (ours)"
     that `ours` (keys + metric columns of standard errors) has."""
