@@ -149,6 +149,7 @@ def main_table(item: dict, paper_csv: str, outputs: dict[str, str]) -> pd.DataFr
 
 
 COMPARED = ("care-waterfill", [("svd-uniform", "SVD"), ("asvd-uniform", "ASVD")])
+RESOLVE = 3  # accuracy points a paired comparison should resolve (the thesis's gaps: 1-10)
 
 
 def paired_table(
@@ -188,9 +189,6 @@ def paired_table(
     heading = f"{title.split(' - ')[0]}: CARE-E vs SVD and ASVD, paired differences"
     write_table(df, outputs["paired_csv"], outputs["paired_md"], heading, notes)
     return df
-
-
-RESOLVE = 3  # accuracy points a paired comparison should resolve (the thesis's gaps: 1-10)
 
 
 def _needed(diff: dict[str, tuple[float, float, int]]) -> str:
