@@ -328,6 +328,7 @@ def check_care(config: Mapping[str, Any]) -> None:
     _check_heal_ablation(care)
     _check_heal_rank(config, care)
     _check_decode_speed(config, care)
+    _check_decide(config, care)
 
 
 def _check_heal_rank(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
@@ -336,6 +337,35 @@ def _check_heal_rank(config: Mapping[str, Any], care: Mapping[str, Any]) -> None
     if heal and not heal["rank"] and kv_width(config, heal["model"]) is None:
         raise ConfigError("config key 'care.heal.rank': the model has no pretrain arch to "
                           "resolve rank_fraction of g_h·d_h; give an explicit rank")  # fmt: skip
+
+
+def _check_decide(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:
+    """`care.decide`: each table has a model, its ranks include the decide ranks, and the
+    limits name columns of Tables 3.1/3.2."""
+    decide = care["decide"]
+    if not decide:
+        return
+    for table in decide["tables"]:
+        alt = table == "table_3_2"
+        model = care["alt_model"] if alt else care["model"]
+        if model is None:
+            raise ConfigError("config key 'care.decide.tables': table_3_2 needs care.alt_model")
+        key = "care.alt_ranks" if alt and care["alt_ranks"] else "care.ranks"
+        width = kv_width(config, model)
+        ranks = resolve_ranks(decide["ranks"], width, "care.decide.ranks")
+        table_ranks = resolve_ranks(care[key.split(".")[1]], width, key)
+        if not set(ranks) <= set(table_ranks):
+            raise ConfigError(
+                f"config key 'care.decide.ranks': ranks {sorted(set(ranks) - set(table_ranks))} "
+                f"of {model} are not among {key} {table_ranks}"
+            )
+    columns = care["columns"] or list(config["eval"]["tasks"])
+    for col in decide["limits"]:
+        if col not in columns:
+            raise ConfigError(
+                f"config key 'care.decide.limits': column {col!r} is not among Tables "
+                f"3.1/3.2's columns {columns}"
+            )
 
 
 def _check_decode_speed(config: Mapping[str, Any], care: Mapping[str, Any]) -> None:

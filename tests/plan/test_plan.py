@@ -147,7 +147,9 @@ def test_alt_ranks_set_table_3_2_alone(configs, schema, plans) -> None:
     assert ci.config["care"]["alt_ranks"] is None
     ranks = [{r["rank"] for r in ci.table_rows(t)} for t in ("table_3_1", "table_3_2")]
     assert ranks[0] == ranks[1]
-    after = edited(configs["ci"], schema, "care", "alt_ranks", {"ranks": [8]})
+    ci_31 = copy.deepcopy(configs["ci"])  # decide's r = 32 row of Table 3.2 would not exist
+    ci_31["care"]["decide"]["tables"] = ["table_3_1"]
+    after = edited(ci_31, schema, "care", "alt_ranks", {"ranks": [8]})
     assert {r["rank"] for r in after.care.table_rows("table_3_2")} == {None, 8}
     gone = set(plans["ci"].evaluate.columns) - set(after.evaluate.columns)
     assert gone and {m for m, _ in gone} == {"target_alt"}
@@ -161,6 +163,58 @@ def test_changing_a_tables_columns_changes_only_its_evaluations(configs, schema,
     assert changed and set(after.evaluate.columns) == set(before.evaluate.columns)
     t35 = {("target", r["variant"]) for r in before.care.table_3_5_rows()}
     assert changed <= t35
+
+
+def test_decide_scores_its_rows_on_more_documents_and_nothing_else(configs, schema, plans):
+    """care.decide: Table 3.1's GQA row and its methods at the decide ranks get the decide
+    limits for the listed columns, through the evaluate rules' params; every other column and
+    evaluation keeps eval.tasks' limits; off, the same evaluations run at eval.tasks' limits."""
+    mini = plans["config"]
+    limits = mini.config["care"]["decide"]["limits"]
+    tasks = mini.config["eval"]["tasks"]
+    decided = {r["variant"] for r in mini.care.table_rows("table_3_1") if r["rank"] in (None, 96)}
+    assert len(decided) == 4 and set(limits) == {"are", "piqa"}
+    rules = {Original: "evaluate_original", Converted: "evaluate_lmeval", Healed: "evaluate_healed"}
+    for model, variant in mini.evaluate.columns:
+        wc = SimpleNamespace(model=model, **_wildcards(variant))
+        job = mini.params(rules[type(variant)])(wc)
+        for col, task in job["tasks"].items():
+            own = limits.get(col) if model == "target" and variant in decided else None
+            assert task["limit"] == (own or tasks[col]["limit"]), (model, str(variant), col)
+    t35 = {(r["label"], r["rank"]): r["variant"] for r in mini.care.table_3_5_rows()}
+    shared = ("target", t35[("waterfill", 96)])  # Table 3.5's CARE-E row = Table 3.1's
+    assert mini.evaluate.tasks_for(*shared)["are"]["limit"] == limits["are"]
+    assert mini.evaluate.tasks_for("target", t35[("uniform", 96)])["are"]["limit"] == 80
+    off = edited(configs["config"], schema, "care", "decide", None)
+    assert off.evaluate.limits == {} and off.evaluate.columns == mini.evaluate.columns
+    ci = plans["ci"]  # both tables: each model's GQA row and its rows at r = 32 (= full)
+    assert {(m, v.plan.value if isinstance(v, Converted) else None)
+            for m, v in ci.evaluate.limits} == {(m, r) for m in ("target", "target_alt")
+                                                for r in (None, 32)}  # fmt: skip
+
+
+def _wildcards(variant) -> dict[str, str]:
+    return variant.wildcards() if isinstance(variant, Converted) else (
+        {"method": variant.method, "budget": str(variant.budget)}
+        if isinstance(variant, Healed) else {})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("decide", "message"),
+    [({"ranks": {"fractions": [0.75]}, "limits": {"are": 9}},
+      r"ranks \[144\] of target are not among care.ranks"),
+     ({"tables": ["table_3_2"], "ranks": {"fractions": [0.125]}, "limits": {"are": 9}},
+      r"ranks \[32\] of target_alt are not among care.alt_ranks"),
+     ({"ranks": {"fractions": [0.5]}, "limits": {"mmlu": 9}}, "column 'mmlu' is not among")],
+)  # fmt: skip
+def test_decide_errors_name_the_key(configs, schema, decide, message) -> None:
+    cfg = copy.deepcopy(configs["config"])
+    cfg["care"]["decide"] = decide
+    with pytest.raises(ConfigError, match=f"'care.decide.*{message}"):
+        Plan(validate(cfg, schema))
+    cfg["care"] |= {"decide": {**decide, "tables": ["table_3_2"]}, "alt_model": None}
+    with pytest.raises(ConfigError, match="'care.decide.tables': table_3_2 needs"):
+        Plan(validate(cfg, schema))
 
 
 def test_rows_mean_what_they_say(plans) -> None:

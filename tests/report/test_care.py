@@ -55,6 +55,20 @@ def test_table_3_1_rows_match_on_kv_saving(tmp_path: Path) -> None:
     assert pd.isna(care["hs (ours)"]) and "HellaSwag" in Path(out["md"]).read_text()
     group = df[df["kv_save_pct"] == "93.75"]["method"].tolist()
     assert group == ["SVD", "ASVD", "CARE-E"]  # thesis order within a rank group
+    assert "arc: arc n=10," in Path(out["md"]).read_text()  # one size: no per-row counts
+
+
+def test_notes_give_each_document_count_when_rows_differ(tmp_path: Path) -> None:
+    """care.decide scores some rows on more documents: the notes count rows per size."""
+    rows = [{"label": "GQA (Original)", "rank": None,
+             "file": _with_docs(tmp_path / "o.json", 0, [1, 0, 1, 1, 0, 1], 10)}]  # fmt: skip
+    for label, answers in (("svd-uniform", [0, 1, 0, 1]), ("care-waterfill", [1, 1, 0, 1])):
+        file = _with_docs(tmp_path / f"{label}.json", 93.75, answers, 10.0)
+        rows.append({"label": label, "rank": 8, "file": file})
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    render({"name": "table_3_1", "rows": rows},
+           {"paper": [str(PAPER / "thesis_table_3_1.csv")]}, out)  # fmt: skip
+    assert "arc: arc n=6 (1 row), n=4 (2 rows)" in Path(out["md"]).read_text()
 
 
 def test_table_3_5_uses_only_its_columns(tmp_path: Path) -> None:
@@ -108,5 +122,6 @@ def test_table_3_1_paired_differences(tmp_path: Path) -> None:
     assert paired.loc["CARE-E − SVD", "wiki ppl ratio"] == pytest.approx(0.25)
     # SE 25 points on 4 documents: 4 x (25 x 2 / 3)^2 documents put 3 points at 2 SE
     assert paired.loc["CARE-E − SVD", "docs to resolve 3 pts"] == "arc 1112"
+    assert paired.loc["CARE-E − SVD", "documents"] == "arc 4"
     assert "10 ± 0.1" not in Path(out["md"]).read_text()  # perplexity shows no error
     assert "100 ± 10" in Path(out["md"]).read_text()  # ARC 100% ± 10 points

@@ -37,7 +37,7 @@ class Plan:
         heal = self.care and config["care"].get("heal")
         self.heal = HealPlan(config, self.care) if heal else None
         self.spec = SpecPlan(config, repo) if config.get("spec") else None
-        self.evaluate = EvalPlan(config, self._columns())
+        self.evaluate = EvalPlan(config, self._columns(), self.care and self.care.decided())
         self.lecture = (
             LecturePlan(config, repo, self.care, self.spec, self.evaluate)
             if config.get("lecture")

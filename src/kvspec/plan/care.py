@@ -17,6 +17,7 @@ from kvspec.plan.items import ReportItem, figure_outputs, files_of, table_output
 from kvspec.plan.names import Calib, Converted, Evaluated, Factors, Original, RankPlan
 
 Columns = dict[tuple[str, Evaluated], set[str]]
+Limits = dict[tuple[str, Evaluated], dict[str, int]]
 CARE_CATEGORY = "Thesis ch. 3 (CARE)"
 TABLES = ("table_3_1", "table_3_2", "table_3_4", "table_3_5")
 FIGURES = ("figure_3_1", "figure_3_3", "figure_3_4")
@@ -81,6 +82,19 @@ class CarePlan:
                 variant = self._converted(fact, self.calib(), alloc, r)
                 rows.append({"label": method, "rank": r, "variant": variant})
         return rows
+
+    def decided(self) -> Limits:
+        """`care.decide`: the GQA row and the methods at the decide ranks of each of its
+        tables, with the document limits they are scored on (every table reading one of those
+        variants shows the same evaluation)."""
+        decide = self.care["decide"]
+        out: Limits = {}
+        for table in decide["tables"] if decide else []:
+            model = self.table_model(table)
+            ranks = set(self.ranks(model, "decide")) | {None}
+            rows = [r for r in self.table_rows(table) if r["rank"] in ranks]
+            out |= {(model, r["variant"]): dict(decide["limits"]) for r in rows}
+        return out
 
     def table_3_4_rows(self) -> list[dict[str, Any]]:
         """CARE-E per calibration set and rank."""

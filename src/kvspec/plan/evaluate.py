@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvspec.plan import paths
-from kvspec.plan.care import Columns
+from kvspec.plan.care import Columns, Limits
 from kvspec.plan.names import Calib, Converted, Evaluated, Factors, Healed, Original, RankPlan
 
 
@@ -17,10 +17,13 @@ class EvalPlan:
     (`*_tasks`, `*_data`); all of them end in `tasks_for(model, variant)`.
     """
 
-    def __init__(self, config: Mapping[str, Any], columns: Columns) -> None:
+    def __init__(
+        self, config: Mapping[str, Any], columns: Columns, limits: Limits | None = None
+    ) -> None:
         self.config = config
         self.tasks: dict[str, Any] = config["eval"]["tasks"]
         self.columns = columns
+        self.limits = limits or {}  # (model, variant) -> column -> documents (care.decide)
 
     def evaluated(self, kind: type) -> list[tuple[str, Evaluated]]:
         return sorted((k for k in self.columns if isinstance(k[1], kind)), key=str)
@@ -28,10 +31,12 @@ class EvalPlan:
     def tasks_for(self, model: str, variant: Evaluated) -> dict[str, dict[str, Any]]:
         """Column -> TaskSpec fields (kvspec.eval.harness), in eval.tasks order."""
         wanted = self.columns.get((model, variant), set())
-        return {col: self.task(col) for col in self.tasks if col in wanted}
+        limits = self.limits.get((model, variant), {})
+        return {col: self.task(col, limits.get(col)) for col in self.tasks if col in wanted}
 
-    def task(self, col: str) -> dict[str, Any]:
-        """TaskSpec fields (kvspec.eval.harness) of one column of eval.tasks."""
+    def task(self, col: str, limit: int | None = None) -> dict[str, Any]:
+        """TaskSpec fields (kvspec.eval.harness) of one column of eval.tasks; `limit` replaces
+        the column's document limit."""
         task = self.tasks[col]
         data = paths.DATA.format(dataset=task["dataset"]) if task["template"] else None
         # this key order is part of the params Snakemake compares: keep it stable
@@ -40,7 +45,7 @@ class EvalPlan:
             "template": task["template"],
             "data": data,
             "lm_eval": task["lm_eval"],
-            "limit": task["limit"],
+            "limit": limit or task["limit"],
             "max_words": task["max_words"],
         }
 

@@ -10,6 +10,7 @@ the stand-in models have a smaller g_h·d_h than the thesis's (1024) but the sam
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -84,12 +85,14 @@ def _paper_numeric(paper: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 def eval_notes(records: list[dict[str, Any]], paper_cols: list[str], meta: dict) -> list[str]:
     """Provenance and caveats: documents per column, columns not evaluated, averaging."""
     seen: dict[str, dict[str, Any]] = {}
+    sizes: dict[str, Counter[int]] = {}
     shown = {"wiki" if c in ("wiki_ppl", "ppl") else c for c in paper_cols}
     for rec in records:
         for col, m in rec["metrics"].items():
             if col in shown:
                 seen.setdefault(col, m)
-    per_col = ", ".join(f"{c}: {m['task']} n={m['n']}" for c, m in seen.items())
+                sizes.setdefault(col, Counter())[m["n"]] += 1
+    per_col = ", ".join(f"{c}: {m['task']} {_sizes(sizes[c])}" for c, m in seen.items())
     missing = [c for c in paper_cols if c not in seen and c not in ("wiki_ppl", "ppl", "avg")]
     missing = [c for c in missing if not (c in ("wiki_ppl", "ppl") and "wiki" in seen)]
     notes = [
@@ -107,6 +110,14 @@ def eval_notes(records: list[dict[str, Any]], paper_cols: list[str], meta: dict)
             "the offline mirror has no HellaSwag or RACE data)."
         )
     return notes + [f"Paper transcription: {n}" for n in meta.get("notes", [])]
+
+
+def _sizes(counts: Counter[int]) -> str:
+    """`n=80`, or `n=1460 (4 rows), n=80 (9 rows)` when rows were scored on different sizes."""
+    if len(counts) == 1:
+        return f"n={next(iter(counts))}"
+    parts = (f"n={n} ({k} row{'s' * (k > 1)})" for n, k in sorted(counts.items(), reverse=True))
+    return ", ".join(parts)
 
 
 def _records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,6 +183,7 @@ def paired_table(
             mean, se, _ = diff.get("avg", (math.nan, math.nan, 0))
             row["avg diff / se"] = mean / se if se else math.nan
             row["wiki ppl ratio"] = _ppl(care) / _ppl(other)
+            row["documents"] = ", ".join(f"{c} {n}" for c, (_, _, n) in diff.items() if c != "avg")
             row[f"docs to resolve {RESOLVE} pts"] = _needed(diff)
             out.append(row)
     df = pd.DataFrame(out)
@@ -181,6 +193,7 @@ def paired_table(
         "differences / sqrt(n)); avg averages the task differences (independent tasks).",
         "avg diff / se > 2: CARE-E ahead beyond two standard errors; < -2: behind.",
         "wiki ppl ratio < 1: CARE-E has the lower WikiText-2 word perplexity (no error given).",
+        "documents: per task, the documents both models were scored on.",
         f"docs to resolve {RESOLVE} pts: per task, the documents at which this paired standard "
         f"error (falling as 1/sqrt(n)) would be {RESOLVE / 2:g} points, so that a {RESOLVE}-point "
         "difference lies two errors from zero (- : identical answers, nothing to extrapolate); "
