@@ -64,6 +64,8 @@ def test_hub_models_need_explicit_ranks(schema, ci) -> None:
     cfg["models"]["target_alt"] = {"hub": "org/model"}
     _fails(schema, cfg, "care.ranks.fractions")
     cfg["care"]["alt_model"] = None  # Table 3.2 off: target_alt is no longer converted
+    _fails(schema, cfg, "care.decide.tables")  # ci's decide still names Table 3.2
+    cfg["care"]["decide"]["tables"] = ["table_3_1"]
     validate(cfg, schema)
 
 
