@@ -10,7 +10,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from kvspec.config import validate
+from kvspec.plan import Plan, paths
+
 from ..conftest import REPO, planned_jobs, shared_mirror, snakemake
+from ..plan.conftest import raw_config
 
 pytestmark = pytest.mark.skipif(shared_mirror() is None, reason="offline data mirror not present")
 
@@ -97,6 +101,26 @@ def test_main_tables(ci_run: Path) -> None:
         assert "HellaSwag" in (ci_run / "results" / "report" / f"{name}.md").read_text()
     t31 = pd.read_csv(ci_run / "results/report/thesis_table_3_1.csv", dtype=str)
     assert "6.82" in set(t31["wiki_ppl (paper)"])
+
+
+def test_decided_rows_are_scored_on_their_own_documents(ci_run: Path) -> None:
+    """care.decide reaches lm-eval: the GQA and r = 32 rows of Tables 3.1/3.2 are scored on 12
+    ARC-C documents (ci.yaml), every other evaluation on eval.tasks' 10; the notes count both."""
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    plan = Plan(validate(raw_config("ci"), schema))
+    decided = {paths.evaluation(m, v) for m, v in plan.evaluate.limits}
+    assert len(decided) == 8  # 2 models x (GQA, SVD, ASVD, CARE-E)
+    sizes = {}
+    for model, variant in plan.evaluate.columns:
+        file = paths.evaluation(model, variant)
+        arc = json.loads((ci_run / file).read_text())["metrics"].get("arc")
+        if arc is not None:
+            sizes[file] = arc["n"]
+            assert arc["n"] == (12 if file in decided else 10), file
+    assert decided <= set(sizes) and len(sizes) > len(decided)
+    for name in ("thesis_table_3_1", "thesis_table_3_2"):
+        md = (ci_run / f"results/report/{name}.md").read_text()
+        assert "n=12 (4 rows), n=10 (3 rows)" in md, name
 
 
 def test_ablation_tables_and_figures(ci_run: Path, ci_config: dict) -> None:
