@@ -149,6 +149,7 @@ def test_ablation_tables_and_figures(ci_run: Path, ci_config: dict) -> None:
 def test_changing_one_rank_reruns_only_its_jobs(ci_run: Path, tmp_path: Path) -> None:
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     cfg["care"]["ranks"]["fractions"] = [0.125, 0.75]  # r = 32 -> 24
+    cfg["care"]["decide"]["ranks"]["fractions"] = [0.75]  # decide follows (or the check fails)
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
