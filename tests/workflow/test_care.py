@@ -103,10 +103,9 @@ def test_main_tables(ci_run: Path) -> None:
     assert "6.82" in set(t31["wiki_ppl (paper)"])
 
 
-def test_decided_rows_are_scored_on_their_own_documents(ci_run: Path) -> None:
+def test_decided_rows_are_scored_on_their_own_documents(ci_run: Path, schema: dict) -> None:
     """care.decide reaches lm-eval: the GQA and r = 32 rows of Tables 3.1/3.2 are scored on 12
     ARC-C documents (ci.yaml), every other evaluation on eval.tasks' 10; the notes count both."""
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     plan = Plan(validate(raw_config("ci"), schema))
     decided = {paths.evaluation(m, v) for m, v in plan.evaluate.limits}
     assert len(decided) == 8  # 2 models x (GQA, SVD, ASVD, CARE-E)
