@@ -83,6 +83,16 @@ def test_pilot_selection_needs_the_pilot(ci_config: dict, schema: dict) -> None:
         validate(ci_config, schema)
 
 
+@pytest.mark.parametrize("where", [{"device": "cuda"}, {"dtype": "bfloat16"}])
+def test_the_packed_engine_needs_float32_on_the_cpu(ci_config: dict, schema: dict,
+                                                    where: dict) -> None:  # fmt: skip
+    ci_config["resources"] |= {"linear": "packed", **where}
+    with pytest.raises(ConfigError, match="config key 'resources.linear': 'packed' needs"):
+        validate(ci_config, schema)
+    ci_config["resources"]["linear"] = "torch"
+    validate(ci_config, schema)
+
+
 def test_eval_split_may_not_enter_pretraining(ci_config: dict, schema: dict) -> None:
     ci_config["pretrain"]["sources"].append("wikitext2_test")
     with pytest.raises(ConfigError, match="wikitext2_test.*evaluation set"):

@@ -149,6 +149,7 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
         check_model_source(model, spec)
         if spec.get("pretrain") and not pre.get("sources"):
             raise ConfigError(f"config key 'models.{model}.pretrain': pretrain.sources is empty")
+    check_engine(config["resources"])
     check_distil(config)
     check_care(config)
     for block, module in DOMAIN_CHECKS.items():
@@ -160,6 +161,18 @@ def check_cross_keys(config: Mapping[str, Any]) -> None:
 # config block -> the package whose `settings.check_<block>` validates it (none imports torch)
 DOMAIN_CHECKS = {"spec": "ngram", "sampling": "sampling", "pipeline": "pipeline", "moa": "neural",
                  "remote": "remote", "lecture": "lecture"}  # fmt: skip
+
+
+def check_engine(resources: Mapping[str, Any]) -> None:
+    """The packed decode engine runs float32 models on the CPU (`kvspec.decoding.packed`)."""
+    linear = resources.get("linear", "torch")
+    where = (resources.get("device"), resources.get("dtype"))
+    if linear != "torch" and where != ("cpu", "float32"):
+        raise ConfigError(
+            f"config key 'resources.linear': {linear!r} needs resources.device cpu and "
+            f"resources.dtype float32 (got {resources.get('device')}, {resources.get('dtype')}); "
+            "use linear: torch"
+        )
 
 
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:

@@ -61,7 +61,7 @@ def test_every_method_and_batch_size_serves_every_request_exactly(files, tmp_pat
     batching_stage(files, str(out), model="target", drafters=list(HEADS),
                    baselines=["sd_infgram_target", "sd_prompt_lookup"], bench=bench,
                    new_tokens=7, slots=[1, 2], chain_k=3, decode=decode, max_support=100,
-                   device="cpu", dtype="float64", seed=0, threads=1)  # fmt: skip
+                   device="cpu", dtype="float64", linear="torch", seed=0, threads=1)  # fmt: skip
     record = json.loads(out.read_text())
     rows = {(r["method"], r["slots"]): r for r in record["rows"]}
     methods = ["greedy", "sd_infgram_target", "sd_prompt_lookup", *HEADS]

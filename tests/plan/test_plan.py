@@ -550,3 +550,27 @@ def test_generate_responses_goes_to_vllm_as_configured(configs, schema) -> None:
     assert Plan(validate(cfg, schema)).params("generate_responses")(wc)["vllm_eager"] is True
     mini = Plan(configs["config"]).params("generate_responses")(wc)
     assert "backend" not in mini and "vllm_eager" not in mini
+
+
+DECODING = ["specdecode_speed", "specdecode_mla", "specdecode_draft_quality", "convert_decode_speed",
+            "sampling_sweep", "sampling_pilot", "sampling_humaneval", "sampling_timing",
+            "sampling_math500", "pipeline_run", "pipeline_pair", "moa_bench", "moa_batching",
+            "remote_run"]  # fmt: skip
+
+
+def test_decoding_jobs_take_the_decode_engine_and_training_jobs_do_not(plans) -> None:
+    from kvspec.plan.params import RULES
+
+    for plan in plans.values():
+        engine = plan.config["resources"]["linear"]
+        for rule in DECODING:
+            if rule == "sampling_pilot" and not plan.config["sampling"]["pilot"]:
+                continue  # no pilot at this scale
+            assert RULES[rule](plan, plan.config)["linear"] == engine, rule
+        for rule in ("models_distil", "heal_train", "moa_train", "covariance_collect"):
+            assert "linear" not in RULES[rule](plan, plan.config), rule
+        lecture = {ex: plan.lecture.job(ex).get("linear") for ex in plan.config["lecture"]}
+        assert {ex for ex, e in lecture.items() if e == engine} >= {"speculative", "batching"}
+        assert lecture.get("quantization") is None  # it quantizes the weights it loads
+    assert plans["config"].config["resources"]["linear"] == "packed"
+    assert plans["paper"].config["resources"]["linear"] == "torch"

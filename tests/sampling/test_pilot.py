@@ -54,7 +54,7 @@ def _run(problems, out, state, judge, monkeypatch):
     monkeypatch.setattr(he, "score", judge)
     pilot_mod.pilot_stage("model", str(problems), str(out), settings=SETTINGS,
                           prompt_format="completion", sandbox={"filesystem": "optional"},
-                          seed=7, device="cpu", dtype="float64", threads=1,
+                          seed=7, device="cpu", dtype="float64", linear="torch", threads=1,
                           checkpoint=str(state))  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from kvspec.care.pipeline import kv_cache_widths
+from kvspec.decoding.packed import pack_linears
 from kvspec.io import write_json
 from kvspec.models.deepseek_absorbed import absorb
 from kvspec.models.load import check_positions, load_model, use_threads
@@ -118,6 +119,7 @@ def decode_speed_stage(
     seed: int,
     device: str = "cpu",
     dtype: str = "float32",
+    linear: str = "torch",
     threads: int | None = None,
 ) -> None:
     """Measure every model directory in `models` ({label: dir}, the GQA original first; a
@@ -131,6 +133,7 @@ def decode_speed_stage(
     for label, path in models.items():
         loaded[label], tok = load_model(path, dtype=dtype, device=device)
         absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
+        pack_linears(loaded[label], linear)  # after absorbing: the engine packs final weights
         layout[label] = kv_cache_widths(loaded[label])["cached"]
         vocab = vocab or len(tok)
         check_positions(label, loaded[label].config, max(contexts) + new_tokens,

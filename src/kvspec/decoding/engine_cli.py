@@ -4,8 +4,9 @@
 
 Prints, measured in one run: the machine's read bandwidth (a large float32 sum) and the
 bandwidth bound of one decode step (the weights' bytes over it); then for each engine variant
-(float32 as the study runs; bfloat16 weights, which this CPU multiplies with AVX512-BF16;
-float32 with MKL-packed linear weights, the kernel inductor's weight freezing uses) the
+(PyTorch's float32 layers; bfloat16 weights, which this CPU multiplies with AVX512-BF16;
+float32 with MKL-packed linear weights, the kernel inductor's weight freezing uses; the study's
+engine `resources.linear: packed` / `packed-bf16`, `kvspec.decoding.packed`) the
 one-position step in ms and its multiple of the bound, and what a forward of q positions costs
 as a multiple of the one-position step (`kvspec.decoding.verify_cost`, q interleaved). Variants
 follow each other in this process; rerun to see the machine's drift.
@@ -81,6 +82,9 @@ def main() -> None:
         if dtype == "float32":
             with packed_linears(model):
                 report("float32, MKL-packed linears", model, context, bound_ms, args.repeats)
+        engine = {"float32": "packed", "bfloat16": "packed-bf16"}[dtype]  # kvspec's kernel
+        model = load_weights(args.model, linear=engine)
+        report(f"{engine} (resources.linear)", model, context, bound_ms, args.repeats)
 
 
 if __name__ == "__main__":

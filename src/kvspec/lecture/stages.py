@@ -51,12 +51,13 @@ def roofline_stage(model_dir: str, out: str, *, settings: Mapping[str, Any], see
 
 
 def batching_stage(model_dir: str, roofline: str, out: str, *, settings: Mapping[str, Any],
-                   seed: int, device: str, dtype: str, threads: int) -> None:  # fmt: skip
+                   seed: int, device: str, dtype: str, linear: str,
+                   threads: int) -> None:  # fmt: skip
     """Decode latency/throughput per batch size and TTFT per prompt length."""
     from kvspec.lecture.batching import batch_rows, ttft_rows
 
     use_threads(threads)
-    model, _ = load_model(model_dir, dtype=dtype, device=device)
+    model, _ = load_model(model_dir, dtype=dtype, device=device, linear=linear)
     bandwidth = read_json(roofline)["machine"]["bandwidth_gb_s"] * 1e9
     rows = batch_rows(model, settings["batch_sizes"], settings["context"], settings["steps"],
                       bandwidth, seed)  # fmt: skip
@@ -156,7 +157,7 @@ def quantization_stage(model_dir: str, calibration: str, out: str, *,
 
 
 def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, Any],
-                      bench: Mapping[str, Any], seed: int, device: str, dtype: str,
+                      bench: Mapping[str, Any], seed: int, device: str, dtype: str, linear: str,
                       threads: int) -> None:  # fmt: skip
     """The worked example and exactness (simulated), and formula vs measured accepted length
     with the draft model on real prompts."""
@@ -169,8 +170,8 @@ def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[
     trials = settings["trials"]
     exact = se.exactness_rows(se.QUICK_BROWN_P, se.QUICK_BROWN_Q, "quick brown", trials, seed)
     exact += se.exactness_rows(se.BINARY_P, se.BINARY_Q, "binary proof", trials, seed)
-    target, tok = load_model(inputs["target"], dtype=dtype, device=device)
-    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device)
+    target, tok = load_model(inputs["target"], dtype=dtype, device=device, linear=linear)
+    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)
     prompts = [ids for _, ids in bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)]
     measured = se.measured_rows(target, draft, prompts, settings["ks"],
                                 settings["max_new_tokens"], settings["temperature"],
@@ -181,7 +182,7 @@ def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[
 
 
 def scheduling_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, Any],
-                     bench: Mapping[str, Any], seed: int, device: str, dtype: str,
+                     bench: Mapping[str, Any], seed: int, device: str, dtype: str, linear: str,
                      threads: int) -> None:  # fmt: skip
     """Static vs continuous batching on the same seeded stream of requests."""
     from kvspec.data.records import read_jsonl
@@ -189,7 +190,7 @@ def scheduling_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[s
     from kvspec.lecture import scheduler as sch
 
     use_threads(threads)
-    model, tok = load_model(inputs["model"], dtype=dtype, device=device)
+    model, tok = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
     prompts = [ids for _, ids in bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)]
     requests = request_stream(prompts, settings, seed)
     runs, outputs, traces = {}, {}, {}
@@ -225,7 +226,7 @@ def request_stream(prompts: list[list[int]], settings: Mapping[str, Any], seed: 
 
 
 def paged_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, Any],
-                bench: Mapping[str, Any], seed: int, device: str, dtype: str,
+                bench: Mapping[str, Any], seed: int, device: str, dtype: str, linear: str,
                 threads: int) -> None:  # fmt: skip
     """PagedAttention's example: the scheduling example's batches replayed under a padded,
     a contiguous-reservation and a block layout (`inputs['scheduling']`); then `samples`
@@ -243,7 +244,7 @@ def paged_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, A
     reserve = {r["rid"]: r["prompt"] + most for r in sched["requests"]}
     layouts = [{"policy": policy, **row} for policy, trace in sched["kv_trace"].items()
                for row in paged.slot_accounting(trace, reserve, block)]  # fmt: skip
-    model, tok = load_model(inputs["model"], dtype=dtype, device=device)
+    model, tok = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
     prompt = bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)[0][1]
     samples = [sample_generate(model, prompt, settings["new_tokens"],
                                temperature=settings["temperature"],

@@ -40,11 +40,12 @@ def load_model(
     device: str = "cpu",
     max_memory: Mapping[Any, int | str] | None = None,
     offload_dir: str | os.PathLike[str] | None = None,
+    linear: str = "torch",
 ) -> tuple[Any, Any]:
     """(model in eval mode on `device` in `dtype`, tokenizer) of a saved model directory
     (the model as `load_weights` places it)."""
     model = load_weights(model_dir, dtype=dtype, device=device, max_memory=max_memory,
-                         offload_dir=offload_dir)  # fmt: skip
+                         offload_dir=offload_dir, linear=linear)  # fmt: skip
     return model, AutoTokenizer.from_pretrained(model_dir)
 
 
@@ -55,8 +56,11 @@ def load_weights(
     device: str = "cpu",
     max_memory: Mapping[Any, int | str] | None = None,
     offload_dir: str | os.PathLike[str] | None = None,
+    linear: str = "torch",
 ) -> Any:
-    """The model of a saved model directory in eval mode on `device` in `dtype`.
+    """The model of a saved model directory in eval mode on `device` in `dtype`, its linear
+    layers computing through `linear`'s engine (`kvspec.decoding.packed`: "torch", or the
+    batch-invariant CPU kernel "packed" / "packed-bf16" for decoding; no training then).
 
     A model larger than one GPU is spread over the node's GPUs layer by layer (accelerate's
     big-model placement, `device_map="auto"`); `max_memory` ({device: bytes}) sets that
@@ -64,8 +68,11 @@ def load_weights(
     spread model computes what the one-device model computes."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    from kvspec.decoding.packed import check_engine, pack_linears
+
+    check_engine(linear)
     if reduced_size(model_dir):
-        return _load_reduced(model_dir, dtype).to(device).eval()
+        return pack_linears(_load_reduced(model_dir, dtype).to(device).eval(), linear)
     spread = max_memory or _gpu_budgets(model_dir, dtype, device)
     if spread:
         model = AutoModelForCausalLM.from_pretrained(
@@ -74,7 +81,7 @@ def load_weights(
         )  # fmt: skip
     else:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(device)
-    return model.eval()
+    return pack_linears(model.eval(), linear)
 
 
 def reduced_size(model_dir: str | os.PathLike[str]) -> int | None:

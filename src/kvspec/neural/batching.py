@@ -106,6 +106,7 @@ def batching_stage(
     max_support: int,
     device: str,
     dtype: str,
+    linear: str,
     seed: int,
     threads: int,
 ) -> None:
@@ -116,7 +117,7 @@ def batching_stage(
     from kvspec.ngram.methods import DecodeSettings, Setup, input_indexes, open_engines
 
     use_threads(threads)
-    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
     setup = Setup(target, stop_ids(target, tokenizer), new_tokens,
                   DecodeSettings.from_config(decode), seed=seed,
                   engines=open_engines(input_indexes(inputs), max_support))  # fmt: skip

@@ -286,6 +286,7 @@ def neural_bench_stage(
     unstable_spread: float,
     device: str,
     dtype: str,
+    linear: str,
     seed: int,
     threads: int,
 ) -> None:
@@ -309,7 +310,7 @@ def neural_bench_stage(
     )
 
     use_threads(threads)
-    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
     setup = Setup(target, stop_ids(target, tokenizer), max_new_tokens,
                   DecodeSettings.from_config(decode), seed=seed,
                   engines=open_engines(input_indexes(inputs), max_support))  # fmt: skip

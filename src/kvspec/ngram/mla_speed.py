@@ -29,6 +29,7 @@ from kvspec.data.records import read_jsonl
 from kvspec.decoding.cache import common_prefix, crop_to
 from kvspec.decoding.generate import stop_ids
 from kvspec.decoding.loop import prefill, speculative_generate
+from kvspec.decoding.packed import pack_linears
 from kvspec.decoding.prompts import bench_prompts
 from kvspec.io import read_rows, write_json
 from kvspec.lecture.batching import cache_bytes
@@ -202,6 +203,7 @@ def mla_speed_stage(
     seed: int,
     device: str = "cpu",
     dtype: str = "float32",
+    linear: str = "torch",
     threads: int | None = None,
 ) -> None:
     """Time greedy decoding and every chain method of `methods` on each model of `models`
@@ -222,6 +224,7 @@ def mla_speed_stage(
         loaded[label], tok = load_model(inputs[name], dtype=dtype, device=device)
         tokenizer = tokenizer or tok
         absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
+        pack_linears(loaded[label], linear)  # after absorbing: the engine packs final weights
         check_positions(label, loaded[label].config, max(contexts) + max_new_tokens,
                         "spec.mla_target.contexts or max_new_tokens")  # fmt: skip
     base = loaded[next(iter(models))]

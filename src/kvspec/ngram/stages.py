@@ -178,6 +178,7 @@ def speed_stage(
     max_support: int,
     device: str,
     dtype: str,
+    linear: str,
     seed: int,
     threads: int,
     baseline_repeats: int = 1,
@@ -201,10 +202,10 @@ def speed_stage(
     )
 
     use_threads(threads)
-    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device)
-    draft = (
-        load_model(inputs["draft"], dtype=dtype, device=device)[0] if "draft" in inputs else None
-    )
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
+    draft = None
+    if "draft" in inputs:
+        draft = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)[0]
     indexes = input_indexes(inputs)
     setup = Setup(
         target,
@@ -256,6 +257,7 @@ def draft_quality_stage(
     settings: Mapping[str, Any],
     device: str,
     dtype: str,
+    linear: str,
     seed: int,
     threads: int,
 ) -> None:
@@ -266,8 +268,8 @@ def draft_quality_stage(
     from kvspec.ngram.draft_quality import draft_quality
 
     use_threads(threads)
-    target, tokenizer = load_model(inputs["target"], dtype=dtype, device=device)
-    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device)
+    target, tokenizer = load_model(inputs["target"], dtype=dtype, device=device, linear=linear)
+    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)
     prompts = {
         name: bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
         for name, bench in sets.items()

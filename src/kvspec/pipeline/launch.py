@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from kvspec.decoding.packed import pack_linears
 from kvspec.io import write_json
 from kvspec.pipeline import comm
 from kvspec.pipeline.pipeinfer import HeadPipeline, PipeInferOptions, Scheduler, pipeinfer_worker
@@ -54,6 +55,7 @@ class PipelineRun:
     draft: str | None = None  # speculative model directory (speculative, pipeinfer)
     k: int = 4
     dtype: str = "float32"
+    linear: str = "torch"  # decode engine (resources.linear)
     threads: int = 1
     timeout_s: float = 120.0  # a rank waiting longer than this for a peer fails
     kill: tuple[int, int] | None = None  # fault tests: (rank, after n pipeline runs) SIGKILLs
@@ -88,7 +90,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     if rank < run.n_stages:
         model = load_weights(run.target, dtype=run.dtype)
         layers = split_layers(model.config.num_hidden_layers, run.n_stages)[rank]
-        stage = Stage(model, layers, head=rank == 0)
+        stage = pack_linears(Stage(model, layers, head=rank == 0), run.linear)  # this stage only
         del model  # keep only this stage's weights
         if rank < 2 and run.n_stages > 1:  # the loopback link, for the simulator
             link = comm.measure_link(rank, stage.layers[0].self_attn.o_proj.out_features, dtype)
@@ -101,7 +103,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     else:
         from kvspec.decoding.draft_model import DraftModelDrafter
 
-        draft = load_weights(run.draft, dtype=run.dtype)  # a reduced readout rebuilt
+        draft = load_weights(run.draft, dtype=run.dtype, linear=run.linear)  # readout rebuilt
         spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
     peaks: list[Any] = [None] * run.world_size
     dist.all_gather_object(peaks, _peak_rss_mb())

@@ -27,6 +27,7 @@ def runs_stage(
     sets: Mapping[str, Mapping[str, Any]],
     settings: Mapping[str, Any],
     dtype: str,
+    linear: str,
     seed: int,
     threads: int,
     checkpoint: str | None = None,
@@ -43,14 +44,14 @@ def runs_stage(
     from kvspec.decoding.prompts import bench_prompts
     from kvspec.models.load import load_model, use_threads
 
-    target, tok = load_model(inputs["target"], dtype=dtype)
+    target, tok = load_model(inputs["target"], dtype=dtype, linear=linear)
     stops = stop_ids(target, tok)
     prompts = [
         (name, pid, ids)
         for name, bench in sets.items()
         for pid, ids in bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tok)
     ]
-    cal, raw = _calibrate(inputs, target, prompts, settings, dtype, seed)
+    cal, raw = _calibrate(inputs, target, prompts, settings, dtype, linear, seed)
     use_threads(threads)
     journal = Journal(checkpoint, key="run_key")
     done, rows = journal.done(), []
@@ -70,6 +71,7 @@ def runs_stage(
                     n,
                     settings,
                     dtype,
+                    linear,
                     threads if n == 1 and strategy == "iterative" else None,
                     variant,
                 )
@@ -87,7 +89,7 @@ def runs_stage(
 
 
 def _calibrate(inputs: Mapping[str, str], target: Any, prompts: list, settings: Mapping[str, Any],
-               dtype: str, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+               dtype: str, linear: str, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """Simulator costs at a context of the median prompt plus half the new tokens."""
     import statistics
 
@@ -95,7 +97,7 @@ def _calibrate(inputs: Mapping[str, str], target: Any, prompts: list, settings: 
     from kvspec.pipeline.calibrate import calibrate
 
     use_threads(settings["threads_per_rank"])
-    draft, _ = load_model(inputs["draft"], dtype=dtype)
+    draft, _ = load_model(inputs["draft"], dtype=dtype, linear=linear)
     context = int(statistics.median(len(ids) for *_, ids in prompts))
     context += settings["max_new_tokens"] // 2
     cal, raw = calibrate(target, draft, context=context, repeats=settings["calibration_repeats"],
@@ -143,13 +145,13 @@ def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int, str]]:
 
 
 def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], strategy: str,
-              n: int, settings: Mapping[str, Any], dtype: str, threads: int | None,
+              n: int, settings: Mapping[str, Any], dtype: str, linear: str, threads: int | None,
               variant: str = "") -> PipelineRun:  # fmt: skip
     from kvspec.pipeline.scaling import ABLATIONS
 
     return PipelineRun(
         inputs["target"], strategy, n, list(prompt), settings["max_new_tokens"], list(stops),
-        draft=inputs["draft"], k=settings["k"], dtype=dtype,
+        draft=inputs["draft"], k=settings["k"], dtype=dtype, linear=linear,
         threads=threads or settings["threads_per_rank"], timeout_s=settings["timeout_s"],
         pipeinfer={**settings["pipeinfer"], **(ABLATIONS[variant] if variant else {})},
     )  # fmt: skip

@@ -72,9 +72,10 @@ class LecturePlan:
 
     def job(self, example: str) -> dict[str, Any]:
         """What the example's job is told: its settings and seed, plus per example the run's
-        device and dtype, the measured models, prompt set or lm-eval tasks."""
+        device and dtype (and decode engine), the measured models, prompt set or lm-eval tasks."""
         run = {"device": self.config["resources"]["device"],
                "dtype": self.config["resources"]["dtype"]}  # fmt: skip
+        decode = {"linear": self.config["resources"]["linear"]}  # the decoding examples' engine
         job = {"settings": self.lecture[example], "seed": self.config["seed"]}
         if example == "kv_cache":
             job |= {"models": self.kv_models(), **run}
@@ -83,11 +84,11 @@ class LecturePlan:
                     "task_dir": str(self.repo / "config" / "lm_eval_tasks"),
                     "eval_settings": self.evaluate_settings()}  # fmt: skip
         elif example in ("speculative", "scheduling"):
-            job |= {"bench": self.bench(example), **run}
+            job |= {"bench": self.bench(example), **run, **decode}
         elif example == "paged":  # the scheduling example's prompts and batches
-            job |= {"bench": self.bench("scheduling"), **run}
+            job |= {"bench": self.bench("scheduling"), **run, **decode}
         elif example == "batching":
-            job |= run
+            job |= {**run, **decode}
         return job
 
     def bench(self, example: str) -> dict[str, Any]:

@@ -57,6 +57,11 @@ def _run(c: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     return {k: values[k] for k in keys or values}
 
 
+def _engine(c: Mapping[str, Any]) -> dict[str, str]:
+    """The decode engine of jobs that decode with models (`resources.linear`)."""
+    return {"linear": c["resources"]["linear"]}
+
+
 def _model_of(c: Mapping[str, Any], *keys: str) -> Callable[[Any], Any]:
     """The config value at models.<model>.<keys...> of the job's model."""
 
@@ -123,7 +128,7 @@ def _convert_sensitivity(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 def _convert_decode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"models": plan.care.decode_speed_models(), "settings": c["care"]["decode_speed"],
-            **_run(c)}  # fmt: skip
+            **_run(c), **_engine(c)}  # fmt: skip
 
 
 def _heal_restore(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,7 +202,7 @@ def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "decode": spec["decode"], "max_new_tokens": speed["max_new_tokens"],
             "repeats": speed["repeats"], "baseline_repeats": speed["baseline_repeats"],
             "unstable_spread": speed["unstable_spread"],
-            "max_support": spec["index"]["max_support"], **_run(c)}  # fmt: skip
+            "max_support": spec["index"]["max_support"], **_run(c), **_engine(c)}  # fmt: skip
 
 
 def _specdecode_mla(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -209,14 +214,15 @@ def _specdecode_mla(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "contexts": mla["contexts"],
             "max_new_tokens": mla["max_new_tokens"], "decode": spec["decode"],
             "max_support": spec["index"]["max_support"], **_run(c, "device", "dtype"),
-            "seed": derive(c["seed"], "specdecode_mla")}  # fmt: skip
+            **_engine(c), "seed": derive(c["seed"], "specdecode_mla")}  # fmt: skip
 
 
 def _moa_batching(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     from kvspec.seeds import derive
 
     return {"model": plan.moa.target, **plan.moa.batching_settings(),
-            **_run(c, "device", "dtype"), "seed": derive(c["seed"], "moa_batching")}  # fmt: skip
+            **_run(c, "device", "dtype"), **_engine(c),
+            "seed": derive(c["seed"], "moa_batching")}  # fmt: skip
 
 
 def _no_params(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -233,13 +239,14 @@ def _specdecode_draft_latency(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any
 
 
 def _specdecode_draft_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    return {"sets": plan.spec.draft_sets(), "settings": c["spec"]["drafts"], **_run(c)}
+    return {"sets": plan.spec.draft_sets(), "settings": c["spec"]["drafts"], **_run(c),
+            **_engine(c)}  # fmt: skip
 
 
 # ---- the other documents ----------------------------------------------------------------------
 def _sampling_pilot(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {**plan.sampling.pilot_job(), "sandbox": c["sandbox"],
-            "checkpoint": Wild(paths.SAMPLING_PILOT_STATE), **_run(c)}  # fmt: skip
+            "checkpoint": Wild(paths.SAMPLING_PILOT_STATE), **_run(c), **_engine(c)}  # fmt: skip
 
 
 def _sampling(kind: str) -> Callable[[Plan, Mapping[str, Any]], dict[str, Any]]:
@@ -247,7 +254,7 @@ def _sampling(kind: str) -> Callable[[Plan, Mapping[str, Any]], dict[str, Any]]:
         extra = {"sandbox": c["sandbox"], "checkpoint": Wild(paths.SAMPLING_HUMANEVAL_STATE)}
         extra = extra if kind == "humaneval" else {}  # judges code; journals its samples
         return {**plan.sampling.job(kind), "target": c["sampling"]["target"], **extra,
-                **_run(c)}  # fmt: skip
+                **_run(c), **_engine(c)}  # fmt: skip
 
     return bundle
 
@@ -258,7 +265,8 @@ def _lecture(plan: Plan, example: str) -> dict[str, Any]:
 
 def _pipeline_run(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"sets": plan.pipeline.sets(), "settings": plan.pipeline.settings(),
-            "checkpoint": Wild(paths.PIPELINE_STATE), **_run(c, "dtype", "seed")}  # fmt: skip
+            "checkpoint": Wild(paths.PIPELINE_STATE), **_run(c, "dtype", "seed"),
+            **_engine(c)}  # fmt: skip
 
 
 def _pipeline_pair(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -269,7 +277,7 @@ def _pipeline_pair(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
     return {"sets": plan.pipeline.sets(), "settings": plan.pipeline.pair_settings(),
             "checkpoint": Wild(paths.PIPELINE_PAIR_STATE), "seed": seed,
-            **_run(c, "dtype")}  # fmt: skip
+            **_run(c, "dtype"), **_engine(c)}  # fmt: skip
 
 
 def _pipeline_simulate(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -287,7 +295,7 @@ def _moa_train(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _moa_bench(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    return {"sets": plan.moa.sets, "settings": plan.moa.bench_settings, **_run(c)}
+    return {"sets": plan.moa.sets, "settings": plan.moa.bench_settings, **_run(c), **_engine(c)}
 
 
 def _moa_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -296,7 +304,7 @@ def _moa_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _remote_run(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    return {"settings": plan.remote.settings, "sandbox": c["sandbox"], **_run(c)}
+    return {"settings": plan.remote.settings, "sandbox": c["sandbox"], **_run(c), **_engine(c)}
 
 
 RULES: dict[str, Callable[[Plan, Mapping[str, Any]], dict[str, Any]]] = {

@@ -127,12 +127,13 @@ def handle(conn: socket.socket, target: torch.nn.Module, profile: str, seed: int
 
 def serve(target_dir: str, port_file: str, profile: str = "none", seed: int = 0,
           timeout_s: float = 60.0, sessions: int | None = None, dtype: str = "float32",
-          heads: Mapping[str, str] | None = None, device: str = "cpu") -> None:  # fmt: skip
+          heads: Mapping[str, str] | None = None, device: str = "cpu",
+          linear: str = "torch") -> None:  # fmt: skip
     from kvspec.io import write_text
     from kvspec.models.load import load_weights
     from kvspec.neural.heads import load_head
 
-    target = load_weights(target_dir, dtype=dtype, device=device)
+    target = load_weights(target_dir, dtype=dtype, device=device, linear=linear)
     loaded = {name: load_head(path, target)[0].to(device) for name, path in (heads or {}).items()}
     with socket.create_server(("127.0.0.1", 0)) as server:
         write_text(port_file, str(server.getsockname()[1]))
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--device", default="cpu", help="where the target runs (cuda at the paper scale)"
     )
+    ap.add_argument("--linear", default="torch", help="decode engine (resources.linear)")
     ap.add_argument(
         "--head",
         action="append",
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         args.dtype,
         dict(h.split("=", 1) for h in args.head),
         args.device,
+        args.linear,
     )
     Path(args.port_file).unlink(missing_ok=True)
 

@@ -27,14 +27,14 @@ log = logging.getLogger(__name__)
 
 
 def start_server(target: str, heads: Mapping[str, str], dtype: str, workdir: str,
-                 startup_s: float = 300.0,
-                 device: str = "cpu") -> tuple[subprocess.Popen, tuple[str, int]]:  # fmt: skip
+                 startup_s: float = 300.0, device: str = "cpu",
+                 linear: str = "torch") -> tuple[subprocess.Popen, tuple[str, int]]:  # fmt: skip
     """A server process on a free loopback port (one thread; its target on `device`), and its
     address."""
     port_file = Path(workdir) / "port"
     cmd = [sys.executable, "-m", "kvspec.remote.server", "--target", target, "--port-file",
            str(port_file), "--dtype", dtype, "--threads", "1", "--device", device,
-           *(f"--head={n}={p}" for n, p in heads.items())]  # fmt: skip
+           "--linear", linear, *(f"--head={n}={p}" for n, p in heads.items())]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + startup_s
     while not port_file.exists() or not port_file.read_text():
@@ -50,7 +50,8 @@ def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: st
                  bench: Mapping[str, Any], profiles: Sequence[str], cuts: Sequence[int],
                  chain_k: int, tree: Mapping[str, int] | None, max_new_tokens: int,
                  timeout_s: float, humaneval_timeout_s: float, sandbox: Mapping[str, Any],
-                 dtype: str, seed: int, threads: int, device: str = "cpu") -> None:  # fmt: skip
+                 dtype: str, linear: str, seed: int, threads: int,
+                 device: str = "cpu") -> None:  # fmt: skip
     """Every run of one drafter (`inputs`: `model`, `head`, `prompts`) into `out` (JSON)."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.generate import stop_ids
@@ -59,7 +60,7 @@ def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: st
     from kvspec.neural.heads import head_stats, load_head
 
     use_threads(max(1, threads - 1))  # the server takes one thread
-    target, tokenizer = load_model(inputs["model"], dtype=dtype, device="cpu")
+    target, tokenizer = load_model(inputs["model"], dtype=dtype, device="cpu", linear=linear)
     head, decl = load_head(inputs["head"], target)
     records = list(read_jsonl(inputs["prompts"]))
     prompts = bench_prompts(records, bench, tokenizer)
@@ -67,7 +68,9 @@ def remote_stage(inputs: Mapping[str, str], out: str, *, model: str, drafter: st
                          stop_ids(target, tokenizer), timeout_s, seed)  # fmt: skip
     heads = {drafter: inputs["head"]} if decl["kind"] == "moa" else {}
     with tempfile.TemporaryDirectory() as workdir:
-        proc, address = start_server(inputs["model"], heads, dtype, workdir, device=device)
+        proc, address = start_server(
+            inputs["model"], heads, dtype, workdir, device=device, linear=linear
+        )
         try:
             settings.run(address, prompts[0][1], "none", None)  # warm-up, discarded
             runs = [{"prompt": pid, "profile": prof, "cut": None,

@@ -25,14 +25,16 @@ log = logging.getLogger(__name__)
 
 def pilot_stage(model: str, problems: str, out: str, *, settings: Mapping[str, Any],
                 prompt_format: str, sandbox: Mapping[str, Any], seed: int, device: str,
-                dtype: str, threads: int, checkpoint: str | None = None) -> None:  # fmt: skip
+                dtype: str, linear: str, threads: int,
+                checkpoint: str | None = None) -> None:  # fmt: skip
     """`samples` classical samples of each of the first `problems` HumanEval problems (all when
     null), decoded as one batch per problem (`sample_rows`) on seeds split from `seed` under
     "pilot", a stream no measurement uses; verdicts from the sandboxed runner. Selected: the
     problems passed at least `min_passes` times, in HumanEval order. Each problem is journalled
     in `checkpoint` as it finishes."""
     use_threads(threads)
-    target, tok = load_model(model, dtype=dtype, device=device)[0], tokenizer_of(model)
+    target = load_model(model, dtype=dtype, device=device, linear=linear)[0]
+    tok = tokenizer_of(model)
     records = list(read_jsonl(problems))[: settings["problems"]]
     stops = [*stop_ids(target, tok), *code_stops(tok, prompt_format)]
     journal = Journal(checkpoint, key="task_id")

@@ -91,9 +91,11 @@ def _by_id(path: str, records: list[dict[str, Any]], ids: Sequence[str]) -> list
     return [by_id[t] for t in ids]
 
 
-def _load(models: Mapping[str, str], dtype: str, device: str) -> dict[str, torch.nn.Module]:
+def _load(models: Mapping[str, str], dtype: str, device: str,
+          linear: str) -> dict[str, torch.nn.Module]:  # fmt: skip
     """{model name: loaded model} of {model name: directory}."""
-    return {n: load_model(p, dtype=dtype, device=device)[0] for n, p in models.items()}
+    return {n: load_model(p, dtype=dtype, device=device, linear=linear)[0]
+            for n, p in models.items()}  # fmt: skip
 
 
 def tokenizer_of(model_dir: str) -> Any:
@@ -133,12 +135,12 @@ def _row(s: Sample) -> dict[str, Any]:
 # ---- Figures 1-4: max draft tokens x temperature ------------------------------------------------
 def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                 method: Mapping[str, Any], settings: Mapping[str, Any], seed: int, device: str,
-                dtype: str, threads: int) -> None:  # fmt: skip
+                dtype: str, linear: str, threads: int) -> None:  # fmt: skip
     """Speculative sampling with `method`'s draft at every (k, temperature) on the first
     HumanEval prompts, and repeated runs at the Figure 2 temperature: per run drafted,
     prefix-accepted and passing drafts, tokens and seconds."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
@@ -165,7 +167,7 @@ def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: s
 def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                     label: str, method: Mapping[str, Any], settings: Mapping[str, Any],
                     sandbox: Mapping[str, Any], seed: int, device: str, dtype: str,
-                    threads: int, checkpoint: str | None = None,
+                    linear: str, threads: int, checkpoint: str | None = None,
                     pilot: str | None = None) -> None:  # fmt: skip
     """`completions` samples per problem (`chosen_problems`: the pilot's selection, chosen ids
     or the first ones; the stub continued or answered in a chat turn) with one method, the same
@@ -175,7 +177,7 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     from kvspec.eval.humaneval import score
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     chosen, fmt = chosen_problems(problems, settings, pilot), settings["prompt_format"]
     stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
@@ -222,11 +224,12 @@ def _pilot_summary(pilot: str | None) -> dict[str, Any] | None:
 # ---- Figures 5, 7, 10: time per token side by side --------------------------------------------
 def timing_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                  methods: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any],
-                 seed: int, device: str, dtype: str, threads: int) -> None:  # fmt: skip
+                 seed: int, device: str, dtype: str, linear: str,
+                 threads: int) -> None:  # fmt: skip
     """Every method on the same prompts and seeds, interleaved run by run in one process after
     a discarded warm-up: latency per sample, time per token, throughput (mean, std)."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
     stops = [*stop_ids(next(iter(loaded.values())), tok), *code_stops(tok, fmt)]
@@ -269,14 +272,14 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 # ---- MATH-500 ---------------------------------------------------------------------------------
 def math500_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                   method: Mapping[str, Any], settings: Mapping[str, Any], seed: int,
-                  device: str, dtype: str, threads: int) -> None:  # fmt: skip
+                  device: str, dtype: str, linear: str, threads: int) -> None:  # fmt: skip
     """Greedy answers of the target alone and with greedy speculative decoding by `method`
     (the same answers are expected), graded with math-verify."""
     from kvspec.decoding.generate import prompt_ids
     from kvspec.eval.math500 import is_correct
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device), tokenizer_of(next(iter(models.values())))
+    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     records = list(read_jsonl(problems))[: settings["problems"]]
     stops = stop_ids(roles["target"], tok)

@@ -1,0 +1,97 @@
+"""The study's CPU decode engine: every linear layer of a loaded model computing through one
+batch-invariant kernel (`kernels/packed_linear.cpp`), float32 or bfloat16 weights.
+
+PyTorch's CPU linear layers pick a different kernel for one row than for several (MKL's
+one-row path is slow, oneDNN's bfloat16 products round differently for 1 and q rows), so a
+one-token decoding step and a q-token verification neither cost nor compute the same. The
+packed kernel streams each weight once for all rows and sums every output in one fixed order,
+so a row's result does not depend on how many rows share the call: greedy decoding and every
+drafter's verification compute the same numbers (tests/decoding/test_packed.py), and a
+q-position forward costs little more than a one-position one while the weights stream from
+memory.
+
+Engines (`resources.linear`): "torch" (PyTorch's own layers, e.g. on GPUs), "packed"
+(float32 weights) and "packed-bf16" (weights rounded to bfloat16, activations and sums in
+float32: half the bytes to stream, a slightly different model). The kernel is compiled on first
+use for this CPU (`-march=native`, ~30 s, cached under the torch extensions directory with the
+CPU's flags in its name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ENGINES = ("torch", "packed", "packed-bf16")
+WEIGHTS = {"packed": torch.float32, "packed-bf16": torch.bfloat16}
+SOURCE = Path(__file__).parent / "kernels" / "packed_linear.cpp"
+
+
+def check_engine(engine: str) -> None:
+    """Raise for an engine name outside `ENGINES`."""
+    if engine not in ENGINES:
+        raise ValueError(f"resources.linear must be one of {list(ENGINES)}, got {engine!r}")
+
+
+@cache
+def kernel() -> Any:
+    """The compiled kernel module (built once per CPU kind, then loaded from the cache)."""
+    import os
+    import shutil
+
+    import ninja  # the build tool torch's extension loader calls (a pinned requirement)
+    from torch.utils.cpp_extension import load
+
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        raise RuntimeError("the packed linear kernel needs a C++ compiler (Debian: apt-get "
+                           "install g++), or resources.linear: torch")  # fmt: skip
+    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
+    name = f"kvspec_packed_linear_{_cpu_tag()}"
+    flags = ["-O3", "-march=native", "-ffp-contract=fast"]
+    return load(name, [str(SOURCE)], extra_cflags=flags, verbose=False)
+
+
+def _cpu_tag() -> str:
+    """A short hash of this CPU's model and flags and of the kernel's source: a build made
+    on another CPU kind (a cluster's other nodes) or from another source is never loaded."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    cpu = [ln for ln in lines if ln.startswith(("flags", "model name"))][:2]
+    digest = hashlib.sha256("\n".join(cpu).encode() + SOURCE.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:
+    """`model` (float32, on the CPU, for inference) with every nn.Linear computing through the
+    packed kernel in `engine`'s weight dtype; "torch" leaves it unchanged. The layers keep
+    their weights (code reading `.weight` still works) and stop requiring gradients: a
+    packed model cannot be trained by mistake."""
+    check_engine(engine)
+    if engine == "torch":
+        return model
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    for module in linears:
+        weight = module.weight
+        if weight.device.type != "cpu" or weight.dtype != torch.float32:
+            raise ValueError(
+                f"resources.linear {engine!r} packs float32 CPU weights, got "
+                f"{weight.dtype} on {weight.device}; use resources.linear: torch"
+            )
+        module.requires_grad_(False)
+        packed = kernel().pack(weight.detach().to(WEIGHTS[engine]))
+        module.forward = _forward(packed, module.out_features, module.bias)
+    return model
+
+
+def _forward(packed: torch.Tensor, out_features: int, bias: torch.Tensor | None):  # noqa: ANN202
+    run = kernel().linear
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        y = run(x, packed, out_features)
+        return y if bias is None else y.add_(bias)
+
+    return forward

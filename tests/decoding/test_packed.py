@@ -1,0 +1,130 @@
+"""The packed decode engine (kvspec.decoding.packed): the kernel computes x W^T (+ b) to float32
+accuracy for float32 and bfloat16 weights, every row independently of the rows beside it (a
+one-token step and a q-token verification give the same numbers), and a model loaded with it
+decodes every method of the speed benchmark exactly like its own greedy decoding."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from kvspec.decoding import packed
+from kvspec.decoding.bench import run_benchmark
+from kvspec.decoding.bench_summary import mark_divergence
+from kvspec.decoding.loop import greedy_generate
+from kvspec.models.load import load_weights
+from kvspec.ngram.index import build_index
+from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
+from kvspec.ngram.registry import METHODS
+
+SHAPES = [(576, 576), (49, 100), (200, 130), (16, 64), (1, 7)]  # (out, in): ragged tails too
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, engine: str) -> torch.Tensor:
+    return x.double() @ w.to(packed.WEIGHTS[engine]).double().T
+
+
+@pytest.mark.parametrize("engine", ["packed", "packed-bf16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_kernel_computes_the_product(engine: str, shape: tuple[int, int]) -> None:
+    out, width = shape
+    gen = torch.Generator().manual_seed(out * width)
+    w, x = torch.randn(out, width, generator=gen), torch.randn(3, 5, width, generator=gen)
+    got = packed.kernel().linear(x, packed.kernel().pack(w.to(packed.WEIGHTS[engine])), out)
+    assert got.shape == (3, 5, out) and got.dtype == torch.float32
+    want = _reference(x, w, engine)
+    assert (got.double() - want).abs().max() <= 1e-5 * (1 + want.abs().max())
+
+
+@pytest.mark.parametrize("engine", ["packed", "packed-bf16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_row_does_not_depend_on_the_rows_beside_it(engine: str, shape: tuple[int, int]) -> None:
+    out, width = shape
+    gen = torch.Generator().manual_seed(7)
+    w, x = torch.randn(out, width, generator=gen), torch.randn(19, width, generator=gen)
+    weight = packed.kernel().pack(w.to(packed.WEIGHTS[engine]))
+    whole = packed.kernel().linear(x, weight, out)
+    for rows in range(1, 20):  # every tile shape and remainder the kernel has
+        assert torch.equal(packed.kernel().linear(x[:rows], weight, out), whole[:rows]), rows
+        alone = packed.kernel().linear(x[rows - 1 : rows], weight, out)
+        assert torch.equal(alone, whole[rows - 1 : rows]), rows
+
+
+def test_pack_linears_keeps_bias_and_weights_and_stops_gradients() -> None:
+    layer = torch.nn.Linear(40, 33)
+    x = torch.randn(4, 40)
+    want = layer(x).detach()
+    model = packed.pack_linears(torch.nn.Sequential(layer), "packed")
+    assert torch.allclose(model(x), want, atol=1e-5)
+    assert model[0].weight.shape == (33, 40) and not model[0].weight.requires_grad
+    assert packed.pack_linears(torch.nn.Sequential(torch.nn.Linear(2, 2)), "torch")[0].forward
+
+
+def test_the_engine_refuses_what_it_cannot_run() -> None:
+    with pytest.raises(ValueError, match="resources.linear must be one of"):
+        packed.check_engine("fast")
+    with pytest.raises(ValueError, match="packs float32 CPU weights"):
+        packed.pack_linears(torch.nn.Linear(4, 4).double(), "packed")
+    with pytest.raises(RuntimeError, match="float32 CPU inputs"):
+        layer = packed.pack_linears(torch.nn.Linear(4, 4), "packed")
+        layer(torch.zeros(1, 4, dtype=torch.float64))
+
+
+VOCAB, EOS, NEW = 128, 127, 12
+
+
+def _llama(seed: int, hidden: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        eos_token_id=EOS, pad_token_id=EOS,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module", params=["packed", "packed-bf16"])
+def setup(request, tmp_path_factory) -> Setup:
+    """Target and draft saved and loaded the way the rules load them, in the packed engine."""
+    loaded = []
+    for seed, hidden in ((0, 64), (1, 32)):
+        path = tmp_path_factory.mktemp(f"model{seed}")
+        _llama(seed, hidden).save_pretrained(path)
+        loaded.append(_load(path, request.param))
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
+    indexes = {}
+    for name in ("sft", "target"):
+        path = tmp_path_factory.mktemp(name) / "idx"
+        build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
+        (path.parent / "idx.json").write_text(
+            json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS})
+        )
+        indexes[name] = (str(path), str(path.parent / "idx.json"))
+    decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
+    return Setup(loaded[0], [EOS], NEW, decode, draft=loaded[1],
+                 engines=open_engines(indexes, max_support=1000))  # fmt: skip
+
+
+def _load(path, engine: str) -> torch.nn.Module:
+    model = load_weights(path, linear=engine)
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all("forward" in vars(m) for m in linears)  # every layer packed
+    return model
+
+
+LOCAL = [m for m in METHODS if m != "sd_suffix_decoding" and not m.startswith("llamacpp_")]
+
+
+def test_every_method_decodes_like_greedy_in_the_packed_engine(setup) -> None:
+    rng = np.random.default_rng(1)
+    prompts = [(f"p{i}", rng.integers(0, EOS, 6 + i).tolist()) for i in range(3)]
+    records = run_benchmark(benchmark_methods(setup, LOCAL, ["greedy"]), prompts)
+    mark_divergence(setup.target, records, prompts)
+    for r in records:
+        want = greedy_generate(setup.target, dict(prompts)[r["prompt"]], NEW, [EOS])
+        assert r["exact"] and r["tokens"] == want, r["method"]
