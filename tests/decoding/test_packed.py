@@ -128,3 +128,18 @@ def test_every_method_decodes_like_greedy_in_the_packed_engine(setup) -> None:
     for r in records:
         want = greedy_generate(setup.target, dict(prompts)[r["prompt"]], NEW, [EOS])
         assert r["exact"] and r["tokens"] == want, r["method"]
+
+
+def test_a_reduced_readout_is_packed_and_drafts_inside_its_subset() -> None:
+    from kvspec.models.draft_vocab import ReducedHead
+
+    head = ReducedHead([3, 9, 40], hidden=24, vocab_size=50)
+    torch.nn.init.normal_(head.weight)
+    x = torch.randn(2, 24)
+    want = head(x).detach()
+    model = packed.pack_linears(torch.nn.Sequential(head), "packed")
+    got = model(x)
+    assert "reduced" in vars(head) and packed.engine_of(model) == "packed"
+    assert torch.allclose(got[:, [3, 9, 40]], want[:, [3, 9, 40]], atol=1e-5)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert (got[:, [0, 1, 49]] == torch.finfo(torch.float32).min).all()

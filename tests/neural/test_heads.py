@@ -194,3 +194,28 @@ def test_a_vocabulary_sweep_names_its_methods_and_stays_greedy(target, tmp_path)
     with pytest.raises(ValueError, match="no token ranking"):
         torch.save({"drafter": DRAFTERS["eagle"], "state": head.state_dict()}, path)
         load_head(path, target, vocab=8)
+
+
+def test_heads_of_a_packed_target_are_packed_and_every_method_is_greedy(tmp_path) -> None:
+    """The decode engine reaches the heads: a head loaded for a target loaded with
+    `resources.linear: packed` computes through the same kernel (its layers and its readout),
+    and its chain and tree drafts still reproduce that target's greedy decoding."""
+    from kvspec.decoding.packed import engine_of, pack_linears
+
+    target = pack_linears(tiny_llama(0, layers=3, double=False), "packed")
+    setup = Setup(target, [], 12, DecodeSettings.defaults(k=4, draft_k=4))
+    heads = {}
+    for name, decl in DRAFTERS.items():
+        torch.manual_seed(5)
+        path = tmp_path / f"{name}.pt"
+        torch.save({"drafter": decl, "state": build_head(target, decl).state_dict(),
+                    "readout": torch.tensor(SUBSET)}, path)  # fmt: skip
+        head, _ = load_head(path, target)
+        own = [m for m in head.modules() if isinstance(m, torch.nn.Linear)]
+        assert engine_of(head) == "packed" and all("forward" in vars(m) for m in own), name
+        assert "reduced" in vars(head.readout), name
+        heads[name] = (head, decl)
+    methods = neural_methods(setup, heads, 3, {"depth": 3, "topk": 2, "total": 5})
+    for name, method in methods.items():
+        for prompt in ([3, 17, 5, 9, 21], [5, 5, 5, 5]):
+            assert method(prompt).tokens == greedy_generate(target, prompt, 12), name

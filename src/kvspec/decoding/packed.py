@@ -66,15 +66,18 @@ def _cpu_tag() -> str:
 
 
 def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:
-    """`model` (float32, on the CPU, for inference) with every nn.Linear computing through the
-    packed kernel in `engine`'s weight dtype; "torch" leaves it unchanged. The layers keep
-    their weights (code reading `.weight` still works) and stop requiring gradients: a
-    packed model cannot be trained by mistake."""
+    """`model` (float32, on the CPU, for inference) with every nn.Linear (and reduced draft
+    readout) computing through the packed kernel in `engine`'s weight dtype; "torch" leaves
+    it unchanged. The layers keep their weights (code reading `.weight` still works) and stop
+    requiring gradients: a packed model cannot be trained by mistake."""
     check_engine(engine)
     if engine == "torch":
         return model
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    for module in linears:
+    for module in model.modules():
+        if not isinstance(module, torch.nn.Linear) and not _is_readout(module):
+            continue
+        if "forward" in vars(module) or "reduced" in vars(module):
+            continue  # packed already (a target's layer a head holds)
         weight = module.weight
         if weight.device.type != "cpu" or weight.dtype != torch.float32:
             raise ValueError(
@@ -83,8 +86,23 @@ def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:
             )
         module.requires_grad_(False)
         packed = kernel().pack(weight.detach().to(WEIGHTS[engine]))
-        module.forward = _forward(packed, module.out_features, module.bias)
+        compute = _forward(packed, weight.shape[0], getattr(module, "bias", None))
+        setattr(module, "reduced" if _is_readout(module) else "forward", compute)
+    model.linear_engine = engine  # engine_of: what layers built later for it should use
     return model
+
+
+def engine_of(model: torch.nn.Module) -> str:
+    """The engine `model`'s linear layers were packed in ("torch" if never packed)."""
+    return getattr(model, "linear_engine", "torch")
+
+
+def _is_readout(module: torch.nn.Module) -> bool:
+    """A reduced draft readout (`kvspec.models.draft_vocab.ReducedHead`): its subset's logits
+    come from `reduced`, a product with its (N, hidden) weight."""
+    return (
+        callable(getattr(module, "reduced", None)) and getattr(module, "weight", None) is not None
+    )
 
 
 def _forward(packed: torch.Tensor, out_features: int, bias: torch.Tensor | None):  # noqa: ANN202

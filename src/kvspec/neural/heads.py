@@ -55,6 +55,7 @@ def load_head(path: str | Path, target: nn.Module,
     """(the trained head, its declaration) from a file written by `head_train_stage`,
     drafting over the vocabulary it was saved with, or over the `vocab` tokens the target
     output most in its training responses (None: every token)."""
+    from kvspec.decoding.packed import engine_of, pack_linears
     from kvspec.models.draft_vocab import frozen_readout, vocabulary_of
 
     saved = torch.load(path, map_location="cpu", weights_only=False)
@@ -69,7 +70,8 @@ def load_head(path: str | Path, target: nn.Module,
         ids = vocabulary_of(target, saved["order"].tolist(), vocab)
     if ids is not None:  # the N tokens it drafts over
         head.readout = frozen_readout(target, ids)
-    return head.to(next(target.parameters()).device).eval(), saved["drafter"]
+    head = head.to(next(target.parameters()).device).eval()
+    return pack_linears(head, engine_of(target)), saved["drafter"]  # the target's engine
 
 
 def head_stats(path: str | Path) -> dict[str, Any]:
