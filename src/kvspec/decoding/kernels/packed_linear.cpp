@@ -50,27 +50,41 @@ inline void tile(const float* x, int64_t K, const W* w, float* out, int64_t NP, 
   }
 }
 
-template <int NB, int MB, typename W>
+#ifdef __AVX512F__
+constexpr int NB = 4, MB = 6;  // 24 accumulators + 4 weight vectors of AVX-512's 32 registers
+#else
+constexpr int NB = 2, MB = 3;  // AVX2: a 16-float vector takes two of its 16 registers
+#endif
+
+// The last `left` (< MB) rows from m0, as one tile of exactly that many rows.
+template <int N_B, int R, typename W>
+inline void rest(const float* x, int64_t left, int64_t K, const W* w, float* out, int64_t NP,
+                 int64_t m0, int64_t p0) {
+  if constexpr (R > 0) {
+    if (left == R) {
+      tile<N_B, R>(x, K, w, out, NP, m0, p0);
+    } else {
+      rest<N_B, R - 1>(x, left, K, w, out, NP, m0, p0);
+    }
+  }
+}
+
+// Every row of x against panels p0..p0+N_B-1: tiles of MB rows, then the rest in one tile
+// (the panels' weights stream from memory once, then from cache).
+template <int N_B, typename W>
 inline void rows(const float* x, int64_t M, int64_t K, const W* w, float* out, int64_t NP,
                  int64_t p0) {
   int64_t m0 = 0;
-  for (; m0 + MB <= M; m0 += MB) tile<NB, MB>(x, K, w, out, NP, m0, p0);
-  switch (M - m0) {  // the rest, one row at a time
-    case 0: break;
-    default: for (; m0 < M; ++m0) tile<NB, 1>(x, K, w, out, NP, m0, p0);
-  }
+  for (; m0 + MB <= M; m0 += MB) tile<N_B, MB>(x, K, w, out, NP, m0, p0);
+  rest<N_B, MB - 1>(x, M - m0, K, w, out, NP, m0, p0);
 }
 
 template <typename W>
 void panels(const float* x, int64_t M, int64_t K, const W* w, float* out, int64_t NP,
             int64_t a, int64_t b) {
   int64_t p = a;
-  if (M >= 8) {
-    for (; p + 2 <= b; p += 2) rows<2, 8>(x, M, K, w, out, NP, p);
-  } else {
-    for (; p + 4 <= b; p += 4) rows<4, 4>(x, M, K, w, out, NP, p);
-  }
-  for (; p < b; ++p) rows<1, 4>(x, M, K, w, out, NP, p);
+  for (; p + NB <= b; p += NB) rows<NB>(x, M, K, w, out, NP, p);
+  for (; p < b; ++p) rows<1>(x, M, K, w, out, NP, p);
 }
 
 }  // namespace
