@@ -237,7 +237,8 @@ def speed_stage(
             100 * summary["baseline_spread"].iloc[0], summary["load1_max"].iloc[0],
         )  # fmt: skip
     log.info("\n%s", summary.to_string())
-    meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods}
+    meta = {"model": model, "bench": dict(bench), "decode": dict(decode), "methods": methods,
+            "linear": linear}  # fmt: skip
     write_json(out_runs, {"records": records, "provenance": provenance(meta)})
     write_text(out_summary, summary.to_csv(index=False))
 
