@@ -552,10 +552,10 @@ def test_generate_responses_goes_to_vllm_as_configured(configs, schema) -> None:
     assert "backend" not in mini and "vllm_eager" not in mini
 
 
-DECODING = ["specdecode_speed", "specdecode_mla", "specdecode_draft_quality", "convert_decode_speed",
-            "sampling_sweep", "sampling_pilot", "sampling_humaneval", "sampling_timing",
-            "sampling_math500", "pipeline_run", "pipeline_pair", "moa_bench", "moa_batching",
-            "remote_run"]  # fmt: skip
+DECODING = ["specdecode_speed", "specdecode_mla", "specdecode_draft_quality",
+            "convert_decode_speed", "sampling_sweep", "sampling_pilot", "sampling_humaneval",
+            "sampling_timing", "sampling_math500", "pipeline_run", "pipeline_pair", "moa_bench",
+            "moa_batching", "remote_run"]  # fmt: skip
 
 
 def test_decoding_jobs_take_the_decode_engine_and_training_jobs_do_not(plans) -> None:
