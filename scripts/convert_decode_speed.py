@@ -14,5 +14,6 @@ with log_to(snakemake.log[0]):
         seed=job["seed"],
         device=job["device"],
         dtype=job["dtype"],
+        linear=job["linear"],
         threads=snakemake.threads,
     )

@@ -13,6 +13,7 @@ with log_to(snakemake.log[0]):
         sets=job["sets"],
         device=job["device"],
         dtype=job["dtype"],
+        linear=job["linear"],
         seed=job["seed"],
         threads=snakemake.threads,
         **job["settings"],

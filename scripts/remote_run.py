@@ -12,6 +12,7 @@ with log_to(snakemake.log[0]):
         drafter=snakemake.wildcards.drafter,
         sandbox=job["sandbox"],
         dtype=job["dtype"],
+        linear=job["linear"],
         device=job["device"],
         seed=job["seed"],
         threads=snakemake.threads,

@@ -17,6 +17,7 @@ with log_to(snakemake.log[0]):
         seed=job["seed"],
         device=job["device"],
         dtype=job["dtype"],
+        linear=job["linear"],
         threads=snakemake.threads,
         checkpoint=job["checkpoint"],
         pilot=snakemake.input.get("pilot"),

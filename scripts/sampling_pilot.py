@@ -15,6 +15,7 @@ with log_to(snakemake.log[0]):
         seed=job["seed"],
         device=job["device"],
         dtype=job["dtype"],
+        linear=job["linear"],
         threads=snakemake.threads,
         checkpoint=job["checkpoint"],
     )
