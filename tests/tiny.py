@@ -43,3 +43,24 @@ def tree_llama(seed: int, layers: int = 2, attn: str = "sdpa", vocab: int = 48) 
         attn_implementation=attn,
     )  # fmt: skip
     return LlamaForCausalLM(config).double().eval()
+
+
+def tiny_indexes(tmp_path_factory, vocab: int, eos: int) -> dict[str, tuple[str, str]]:
+    """{"sft", "target": (index path, stats path)}: one seeded corpus of 20 random 40-token
+    documents indexed twice, the two n-gram indexes the speed benchmark's methods open."""
+    import json
+
+    import numpy as np
+
+    from kvspec.ngram.index import build_index
+
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, eos, 40).tolist() for _ in range(20)]
+    indexes = {}
+    for name in ("sft", "target"):
+        path = tmp_path_factory.mktemp(name) / "idx"
+        build_index(docs, path, vocab_size=vocab, eos_token_id=eos)
+        stats = path.parent / "idx.json"
+        stats.write_text(json.dumps({"vocab_size": vocab, "eos_token_id": eos}))
+        indexes[name] = (str(path), str(stats))
+    return indexes

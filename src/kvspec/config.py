@@ -165,13 +165,11 @@ DOMAIN_CHECKS = {"spec": "ngram", "sampling": "sampling", "pipeline": "pipeline"
 
 def check_engine(resources: Mapping[str, Any]) -> None:
     """The packed decode engine runs float32 models on the CPU (`kvspec.decoding.packed`)."""
-    linear = resources.get("linear", "torch")
-    where = (resources.get("device"), resources.get("dtype"))
-    if linear != "torch" and where != ("cpu", "float32"):
+    linear, device, dtype = resources["linear"], resources["device"], resources["dtype"]
+    if linear != "torch" and (device, dtype) != ("cpu", "float32"):
         raise ConfigError(
             f"config key 'resources.linear': {linear!r} needs resources.device cpu and "
-            f"resources.dtype float32 (got {resources.get('device')}, {resources.get('dtype')}); "
-            "use linear: torch"
+            f"resources.dtype float32 (got {device}, {dtype}); use linear: torch"
         )
 
 

@@ -5,21 +5,19 @@ decodes every method of the speed benchmark exactly like its own greedy decoding
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvspec.decoding import packed
 from kvspec.decoding.bench import run_benchmark
 from kvspec.decoding.bench_summary import mark_divergence
 from kvspec.decoding.loop import greedy_generate
 from kvspec.models.load import load_weights
-from kvspec.ngram.index import build_index
 from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods, open_engines
 from kvspec.ngram.registry import METHODS
+
+from ..tiny import tiny_indexes, tiny_llama
 
 SHAPES = [(576, 576), (49, 100), (200, 130), (16, 64), (1, 7)]  # (out, in): ragged tails too
 
@@ -61,7 +59,8 @@ def test_pack_linears_keeps_bias_and_weights_and_stops_gradients() -> None:
     model = packed.pack_linears(torch.nn.Sequential(layer), "packed")
     assert torch.allclose(model(x), want, atol=1e-5)
     assert model[0].weight.shape == (33, 40) and not model[0].weight.requires_grad
-    assert packed.pack_linears(torch.nn.Sequential(torch.nn.Linear(2, 2)), "torch")[0].forward
+    untouched = packed.pack_linears(torch.nn.Sequential(torch.nn.Linear(2, 2)), "torch")
+    assert "forward" not in vars(untouched[0]) and packed.engine_of(untouched) == "torch"
 
 
 def test_the_engine_refuses_what_it_cannot_run() -> None:
@@ -77,37 +76,18 @@ def test_the_engine_refuses_what_it_cannot_run() -> None:
 VOCAB, EOS, NEW = 128, 127, 12
 
 
-def _llama(seed: int, hidden: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=EOS, pad_token_id=EOS,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
-
-
 @pytest.fixture(scope="module", params=["packed", "packed-bf16"])
 def setup(request, tmp_path_factory) -> Setup:
     """Target and draft saved and loaded the way the rules load them, in the packed engine."""
     loaded = []
     for seed, hidden in ((0, 64), (1, 32)):
         path = tmp_path_factory.mktemp(f"model{seed}")
-        _llama(seed, hidden).save_pretrained(path)
+        tiny_llama(seed, vocab=VOCAB, hidden=hidden, intermediate=2 * hidden, double=False,
+                   eos_token_id=EOS, pad_token_id=EOS).save_pretrained(path)  # fmt: skip
         loaded.append(_load(path, request.param))
-    rng = np.random.default_rng(0)
-    docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
-    indexes = {}
-    for name in ("sft", "target"):
-        path = tmp_path_factory.mktemp(name) / "idx"
-        build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
-        (path.parent / "idx.json").write_text(
-            json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS})
-        )
-        indexes[name] = (str(path), str(path.parent / "idx.json"))
     decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
-    return Setup(loaded[0], [EOS], NEW, decode, draft=loaded[1],
-                 engines=open_engines(indexes, max_support=1000))  # fmt: skip
+    engines = open_engines(tiny_indexes(tmp_path_factory, VOCAB, EOS), max_support=1000)
+    return Setup(loaded[0], [EOS], NEW, decode, draft=loaded[1], engines=engines)
 
 
 def _load(path, engine: str) -> torch.nn.Module:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from kvspec.decoding.bench import ForwardCounter, run_benchmark
 from kvspec.decoding.bench_summary import mark_divergence, summarize
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.prompts import bench_prompts
-from kvspec.ngram.index import build_index
 from kvspec.ngram.methods import (
     DecodeSettings,
     Setup,
@@ -23,32 +19,20 @@ from kvspec.ngram.methods import (
 )
 from kvspec.ngram.registry import METHODS
 
+from ..tiny import tiny_indexes, tiny_llama
+
 VOCAB, EOS, NEW = 128, 127, 12
 
 
 def _llama(seed: int, hidden: int) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-        eos_token_id=EOS, pad_token_id=EOS,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).double().eval()
+    return tiny_llama(seed, vocab=VOCAB, hidden=hidden, intermediate=2 * hidden,
+                      eos_token_id=EOS, pad_token_id=EOS)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Setup:
     target, draft = _llama(0, 64), _llama(1, 32)
-    rng = np.random.default_rng(0)
-    docs = [rng.integers(0, EOS, 40).tolist() for _ in range(20)]
-    indexes = {}
-    for name in ("sft", "target"):
-        path = tmp_path_factory.mktemp(name) / "idx"
-        build_index(docs, path, vocab_size=VOCAB, eos_token_id=EOS)
-        stats = path.parent / "idx.json"
-        stats.write_text(json.dumps({"vocab_size": VOCAB, "eos_token_id": EOS}))
-        indexes[name] = (str(path), str(stats))
-    engines = open_engines(indexes, max_support=1000)
+    engines = open_engines(tiny_indexes(tmp_path_factory, VOCAB, EOS), max_support=1000)
     decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
     return Setup(target, [EOS], NEW, decode, draft=draft, engines=engines)
 
