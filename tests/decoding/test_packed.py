@@ -52,6 +52,22 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(engine: str, shape: tuple[i
         assert torch.equal(alone, whole[rows - 1 : rows]), rows
 
 
+def test_the_kernel_uses_every_thread_and_threads_do_not_change_it() -> None:
+    if "ATen parallel backend: OpenMP" in torch.__config__.parallel_info():
+        assert packed.kernel().openmp(), "built without -fopenmp: every call on one thread"
+    gen = torch.Generator().manual_seed(3)
+    w, x = torch.randn(200, 130, generator=gen), torch.randn(9, 130, generator=gen)
+    weight, threads = packed.kernel().pack(w), torch.get_num_threads()
+    try:
+        runs = []
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            runs.append(packed.kernel().linear(x, weight, 200))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+
+
 def test_pack_linears_keeps_bias_and_weights_and_stops_gradients() -> None:
     layer = torch.nn.Linear(40, 33)
     x = torch.randn(4, 40)

@@ -29,6 +29,9 @@ import torch
 ENGINES = ("torch", "packed", "packed-bf16")
 WEIGHTS = {"packed": torch.float32, "packed-bf16": torch.bfloat16}
 SOURCE = Path(__file__).parent / "kernels" / "packed_linear.cpp"
+# -fopenmp: at::parallel_for is OpenMP in PyTorch's CPU builds; without it the loop runs on one
+# thread (a header-only template, silently serial)
+FLAGS = ["-O3", "-march=native", "-ffp-contract=fast", "-fopenmp"]
 
 
 def check_engine(engine: str) -> None:
@@ -51,8 +54,8 @@ def kernel() -> Any:
                            "install g++), or resources.linear: torch")  # fmt: skip
     os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
     name = f"kvspec_packed_linear_{_cpu_tag()}"
-    flags = ["-O3", "-march=native", "-ffp-contract=fast"]
-    return load(name, [str(SOURCE)], extra_cflags=flags, verbose=False)
+    return load(name, [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
+                verbose=False)  # fmt: skip
 
 
 def _cpu_tag() -> str:
@@ -61,7 +64,7 @@ def _cpu_tag() -> str:
     info = Path("/proc/cpuinfo")
     lines = info.read_text().splitlines() if info.exists() else []
     cpu = [ln for ln in lines if ln.startswith(("flags", "model name"))][:2]
-    digest = hashlib.sha256("\n".join(cpu).encode() + SOURCE.read_bytes())
+    digest = hashlib.sha256("\n".join([*cpu, *FLAGS]).encode() + SOURCE.read_bytes())
     return digest.hexdigest()[:12]
 
 

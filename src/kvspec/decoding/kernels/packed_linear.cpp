@@ -123,7 +123,18 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return (NP * 16 == N ? out : out.narrow(1, 0, N).contiguous()).view(shape);
 }
 
+// Was this build's at::parallel_for compiled for OpenMP (PyTorch's CPU thread pool on Linux)?
+// Without -fopenmp it silently runs every call on one thread.
+bool openmp() {
+#ifdef _OPENMP
+  return true;
+#else
+  return false;
+#endif
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("openmp", &openmp, "built with OpenMP (at::parallel_for uses every thread)");
   m.def("pack", &pack, "W (N x K) -> panels (ceil(N/16) x K x 16)");
   m.def("linear", &linear, "x W^T through packed panels, float32 sums, batch invariant");
 }
