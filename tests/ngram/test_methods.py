@@ -127,6 +127,9 @@ def test_baseline_runs_first_and_last_and_its_spread_flags_a_busy_machine():
     assert all(r["load1"] >= 0 for r in records)
     greedy = [r for r in records if r["method"] == "greedy"]
     assert [r["baseline_seconds"] for r in greedy] == [[1.03, 1.05], [1.06, 1.08]]
+    # the baseline's time is the mean of its runs, not the slower one (an upper median of
+    # two, which would overstate every speedup)
+    assert [r["seconds"] for r in greedy] == pytest.approx([1.04, 1.07])
     calls.clear()
     run_benchmark({"greedy": method("greedy"), "x": method("x")}, [("a", [1])], warmup=False)
     assert calls == ["greedy", "x"]  # no warm-up: one run each
