@@ -84,8 +84,8 @@ def test_bad_sampling_config_names_the_key(schema, edit, key: str) -> None:
 VOCAB, TEMPERATURE, TOP_P, PROMPT = 5, 0.8, 0.9, [1, 3, 2]
 
 
-def _sharp(seed: int, scale: float):
-    model = tiny_llama(seed, vocab=VOCAB, hidden=16, intermediate=32, layers=1)
+def _sharp(seed: int, scale: float, double: bool = True):
+    model = tiny_llama(seed, vocab=VOCAB, hidden=16, intermediate=32, layers=1, double=double)
     with torch.no_grad():
         model.lm_head.weight.mul_(scale)
     return model
@@ -152,3 +152,22 @@ def test_drafts_with_a_reduced_vocabulary_keep_the_target_law(sharp_models, kind
     counts = _draw(make_sampler(kind, models, settings), 2000)
     p = _pvalue(counts, _law3(models["target"]))
     assert p > 1e-3, p
+
+
+@pytest.mark.parametrize(("kind", "exact"), [("sd", True), ("three_model", True),
+                                           ("sd_printed", False)])  # fmt: skip
+def test_samplers_on_the_packed_engine_keep_the_target_law(kind, exact):
+    """The mini scale's engine (`resources.linear: packed`, float32): target, middle model and
+    draft computing through the packed kernel, the exact samplers still return the target's
+    law, and the test still tells the inexact one apart."""
+    from kvspec.decoding.packed import engine_of, pack_linears
+
+    models = {
+        name: pack_linears(_sharp(seed, scale, double=False), "packed")
+        for name, seed, scale in (("target", 3, 8.0), ("mid", 4, 6.0), ("draft", 5, 6.0))
+    }
+    assert all(engine_of(m) == "packed" for m in models.values())
+    settings = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=2, k_d=2, k_i=2)
+    counts = _draw(make_sampler(kind, models, settings), 2000)
+    p = _pvalue(counts, _law3(models["target"]))
+    assert (p > 1e-3) if exact else (p < 1e-6), p
