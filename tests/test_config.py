@@ -86,10 +86,13 @@ def test_pilot_selection_needs_the_pilot(ci_config: dict, schema: dict) -> None:
 @pytest.mark.parametrize("where", [{"device": "cuda"}, {"dtype": "bfloat16"}])
 def test_the_packed_engine_needs_float32_on_the_cpu(ci_config: dict, schema: dict,
                                                     where: dict) -> None:  # fmt: skip
-    ci_config["resources"] |= {"linear": "packed", **where}
+    ci_config["resources"] |= {"linear": "packed", "draft_linear": None, **where}
     with pytest.raises(ConfigError, match="config key 'resources.linear': 'packed' needs"):
         validate(ci_config, schema)
-    ci_config["resources"]["linear"] = "torch"
+    ci_config["resources"] |= {"linear": "torch", "draft_linear": "packed-bf16"}
+    with pytest.raises(ConfigError, match="'resources.draft_linear': 'packed-bf16' needs"):
+        validate(ci_config, schema)
+    ci_config["resources"]["draft_linear"] = None  # null: the drafts take resources.linear
     validate(ci_config, schema)
 
 

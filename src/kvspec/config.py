@@ -164,13 +164,16 @@ DOMAIN_CHECKS = {"spec": "ngram", "sampling": "sampling", "pipeline": "pipeline"
 
 
 def check_engine(resources: Mapping[str, Any]) -> None:
-    """The packed decode engine runs float32 models on the CPU (`kvspec.decoding.packed`)."""
-    linear, device, dtype = resources["linear"], resources["device"], resources["dtype"]
-    if linear != "torch" and (device, dtype) != ("cpu", "float32"):
-        raise ConfigError(
-            f"config key 'resources.linear': {linear!r} needs resources.device cpu and "
-            f"resources.dtype float32 (got {device}, {dtype}); use linear: torch"
-        )
+    """The packed decode engines (resources.linear, resources.draft_linear) run float32 models on
+    the CPU (`kvspec.decoding.packed`)."""
+    device, dtype = resources["device"], resources["dtype"]
+    for key in ("linear", "draft_linear"):
+        linear = resources.get(key)
+        if linear not in (None, "torch") and (device, dtype) != ("cpu", "float32"):
+            raise ConfigError(
+                f"config key 'resources.{key}': {linear!r} needs resources.device cpu and "
+                f"resources.dtype float32 (got {device}, {dtype}); use {key}: torch"
+            )
 
 
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:

@@ -68,6 +68,43 @@ def test_the_kernel_uses_every_thread_and_threads_do_not_change_it() -> None:
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
 
 
+def _norms():
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    return [LlamaRMSNorm(576, eps=1e-5), Gemma3RMSNorm(256, eps=1e-6), LlamaRMSNorm(13)]
+
+
+@pytest.mark.parametrize("norm", _norms(), ids=lambda n: f"{type(n).__name__}-{n.weight.numel()}")
+def test_packed_rms_norms_match_the_model_and_each_row_stands_alone(norm) -> None:
+    torch.nn.init.normal_(norm.weight, std=0.5)
+    x = torch.randn(2, 7, norm.weight.numel()) * 3
+    want = norm(x).detach()
+    packed.pack_linears(torch.nn.Sequential(norm), "packed")
+    assert "forward" in vars(norm) and not norm.weight.requires_grad
+    got = norm(x)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got, x)  # the norm did something
+    for i in range(7):  # one row alone or beside others: the same bits
+        assert torch.equal(norm(x[:, i : i + 1]), got[:, i : i + 1])
+
+
+def test_a_norm_whose_formula_changed_is_refused() -> None:
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    class LlamaRMSNormChanged(LlamaRMSNorm):  # a future release adding 1 like Gemma
+        def forward(self, x):
+            return super().forward(x) + x
+
+    norm = LlamaRMSNormChanged(32)
+    packed.NORMS["LlamaRMSNormChanged"] = packed.NORMS["LlamaRMSNorm"]
+    try:
+        with pytest.raises(RuntimeError, match="no longer matches"):
+            packed.pack_linears(torch.nn.Sequential(norm), "packed")
+    finally:
+        del packed.NORMS["LlamaRMSNormChanged"]
+
+
 def test_pack_linears_keeps_bias_and_weights_and_stops_gradients() -> None:
     layer = torch.nn.Linear(40, 33)
     x = torch.randn(4, 40)
@@ -92,15 +129,20 @@ def test_the_engine_refuses_what_it_cannot_run() -> None:
 VOCAB, EOS, NEW = 128, 127, 12
 
 
-@pytest.fixture(scope="module", params=["packed", "packed-bf16"])
+# (target's engine, draft's engine): resources.linear and resources.draft_linear (mini: the
+# last pair, a bfloat16 draft proposing for a float32 target)
+ENGINE_PAIRS = [("packed", "packed"), ("packed-bf16", "packed-bf16"), ("packed", "packed-bf16")]
+
+
+@pytest.fixture(scope="module", params=ENGINE_PAIRS, ids="-".join)
 def setup(request, tmp_path_factory) -> Setup:
-    """Target and draft saved and loaded the way the rules load them, in the packed engine."""
+    """Target and draft saved and loaded the way the rules load them, in the packed engines."""
     loaded = []
-    for seed, hidden in ((0, 64), (1, 32)):
+    for seed, hidden, engine in ((0, 64, request.param[0]), (1, 32, request.param[1])):
         path = tmp_path_factory.mktemp(f"model{seed}")
         tiny_llama(seed, vocab=VOCAB, hidden=hidden, intermediate=2 * hidden, double=False,
                    eos_token_id=EOS, pad_token_id=EOS).save_pretrained(path)  # fmt: skip
-        loaded.append(_load(path, request.param))
+        loaded.append(_load(path, engine))
     decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
     engines = open_engines(tiny_indexes(tmp_path_factory, VOCAB, EOS), max_support=1000)
     return Setup(loaded[0], [EOS], NEW, decode, draft=loaded[1], engines=engines)
@@ -108,8 +150,9 @@ def setup(request, tmp_path_factory) -> Setup:
 
 def _load(path, engine: str) -> torch.nn.Module:
     model = load_weights(path, linear=engine)
-    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    assert linears and all("forward" in vars(m) for m in linears)  # every layer packed
+    layers = [m for m in model.modules()
+              if isinstance(m, torch.nn.Linear) or type(m).__name__ in packed.NORMS]  # fmt: skip
+    assert len(layers) > 7 and all("forward" in vars(m) for m in layers)  # every one packed
     return model
 
 

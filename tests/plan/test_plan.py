@@ -574,3 +574,26 @@ def test_decoding_jobs_take_the_decode_engine_and_training_jobs_do_not(plans) ->
         assert lecture.get("quantization") is None  # it quantizes the weights it loads
     assert plans["config"].config["resources"]["linear"] == "packed"
     assert plans["paper"].config["resources"]["linear"] == "torch"
+
+
+DRAFTING = ["specdecode_speed", "specdecode_draft_quality", "sampling_sweep",
+            "sampling_humaneval", "sampling_timing", "sampling_math500", "pipeline_run",
+            "pipeline_pair"]  # fmt: skip
+
+
+def test_jobs_with_drafts_take_the_drafts_engine_and_no_other_job_does(plans) -> None:
+    from kvspec.plan.params import RULES
+
+    for name, plan in plans.items():
+        resources = plan.config["resources"]
+        want = resources.get("draft_linear") or resources["linear"]
+        for rule in DRAFTING:
+            assert RULES[rule](plan, plan.config)["draft_linear"] == want, (name, rule)
+        for rule in set(DECODING) - set(DRAFTING):
+            if rule == "sampling_pilot" and not plan.config["sampling"]["pilot"]:
+                continue
+            assert "draft_linear" not in RULES[rule](plan, plan.config), (name, rule)
+        assert plan.lecture.job("speculative")["draft_linear"] == want
+    assert plans["config"].config["resources"]["draft_linear"] == "packed-bf16"
+    paper = plans["paper"]
+    assert RULES["specdecode_speed"](paper, paper.config)["draft_linear"] == "torch"

@@ -156,17 +156,20 @@ def test_drafts_with_a_reduced_vocabulary_keep_the_target_law(sharp_models, kind
 
 @pytest.mark.parametrize(("kind", "exact"), [("sd", True), ("three_model", True),
                                            ("sd_printed", False)])  # fmt: skip
-def test_samplers_on_the_packed_engine_keep_the_target_law(kind, exact):
-    """The mini scale's engine (`resources.linear: packed`, float32): target, middle model and
-    draft computing through the packed kernel, the exact samplers still return the target's
-    law, and the test still tells the inexact one apart."""
+@pytest.mark.parametrize("draft_engine", ["packed", "packed-bf16"])
+def test_samplers_on_the_packed_engine_keep_the_target_law(kind, exact, draft_engine):
+    """The mini scale's engines (`resources.linear: packed`, float32, for the target;
+    `resources.draft_linear` for middle model and draft): every model computing through the
+    packed kernel, the exact samplers still return the target's law, and the test still tells
+    the inexact one apart."""
     from kvspec.decoding.packed import engine_of, pack_linears
 
+    engines = {"target": "packed", "mid": draft_engine, "draft": draft_engine}
     models = {
-        name: pack_linears(_sharp(seed, scale, double=False), "packed")
+        name: pack_linears(_sharp(seed, scale, double=False), engines[name])
         for name, seed, scale in (("target", 3, 8.0), ("mid", 4, 6.0), ("draft", 5, 6.0))
     }
-    assert all(engine_of(m) == "packed" for m in models.values())
+    assert {n: engine_of(m) for n, m in models.items()} == engines
     settings = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=2, k_d=2, k_i=2)
     counts = _draw(make_sampler(kind, models, settings), 2000)
     p = _pvalue(counts, _law3(models["target"]))

@@ -158,7 +158,7 @@ def quantization_stage(model_dir: str, calibration: str, out: str, *,
 
 def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[str, Any],
                       bench: Mapping[str, Any], seed: int, device: str, dtype: str, linear: str,
-                      threads: int) -> None:  # fmt: skip
+                      threads: int, draft_linear: str | None = None) -> None:  # fmt: skip
     """The worked example and exactness (simulated), and formula vs measured accepted length
     with the draft model on real prompts."""
     from kvspec.data.records import read_jsonl
@@ -171,7 +171,8 @@ def speculative_stage(inputs: Mapping[str, str], out: str, *, settings: Mapping[
     exact = se.exactness_rows(se.QUICK_BROWN_P, se.QUICK_BROWN_Q, "quick brown", trials, seed)
     exact += se.exactness_rows(se.BINARY_P, se.BINARY_Q, "binary proof", trials, seed)
     target, tok = load_model(inputs["target"], dtype=dtype, device=device, linear=linear)
-    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)
+    engine = draft_linear or linear
+    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=engine)
     prompts = [ids for _, ids in bench_prompts(read_jsonl(inputs["prompts"]), bench, tok)]
     measured = se.measured_rows(target, draft, prompts, settings["ks"],
                                 settings["max_new_tokens"], settings["temperature"],

@@ -183,6 +183,7 @@ def speed_stage(
     threads: int,
     baseline_repeats: int = 1,
     unstable_spread: float,
+    draft_linear: str | None = None,
 ) -> None:
     """Every decoding method on one benchmark set, side by side in this process.
 
@@ -205,7 +206,8 @@ def speed_stage(
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
     draft = None
     if "draft" in inputs:
-        draft = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)[0]
+        engine = draft_linear or linear  # a draft's engine never changes what greedy keeps
+        draft = load_model(inputs["draft"], dtype=dtype, device=device, linear=engine)[0]
     indexes = input_indexes(inputs)
     setup = Setup(
         target,
@@ -261,6 +263,7 @@ def draft_quality_stage(
     linear: str,
     seed: int,
     threads: int,
+    draft_linear: str | None = None,
 ) -> None:
     """One draft's accepted length on each prompt set and its per-forward cost relative to
     its target (`inputs`: `target`, `draft`, `prompts_<set>`; `settings`: spec.drafts)."""
@@ -270,7 +273,8 @@ def draft_quality_stage(
 
     use_threads(threads)
     target, tokenizer = load_model(inputs["target"], dtype=dtype, device=device, linear=linear)
-    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=linear)
+    engine = draft_linear or linear
+    draft, _ = load_model(inputs["draft"], dtype=dtype, device=device, linear=engine)
     prompts = {
         name: bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
         for name, bench in sets.items()

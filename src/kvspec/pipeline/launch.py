@@ -56,6 +56,7 @@ class PipelineRun:
     k: int = 4
     dtype: str = "float32"
     linear: str = "torch"  # decode engine (resources.linear)
+    draft_linear: str | None = None  # the draft's (resources.draft_linear; None: linear)
     threads: int = 1
     timeout_s: float = 120.0  # a rank waiting longer than this for a peer fails
     kill: tuple[int, int] | None = None  # fault tests: (rank, after n pipeline runs) SIGKILLs
@@ -103,7 +104,8 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     else:
         from kvspec.decoding.draft_model import DraftModelDrafter
 
-        draft = load_weights(run.draft, dtype=run.dtype, linear=run.linear)  # readout rebuilt
+        engine = run.draft_linear or run.linear
+        draft = load_weights(run.draft, dtype=run.dtype, linear=engine)  # readout rebuilt
         spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
     peaks: list[Any] = [None] * run.world_size
     dist.all_gather_object(peaks, _peak_rss_mb())

@@ -31,11 +31,13 @@ def runs_stage(
     seed: int,
     threads: int,
     checkpoint: str | None = None,
+    draft_linear: str | None = None,
 ) -> None:
     """Per prompt: the single-process greedy reference (transformers' own forward), then, in
     turn, the one-process pipeline engine (`threads` threads; the speed baseline) and each
     strategy at each stage count (`threads_per_rank` each). Every run's tokens are compared
-    with the reference. First, the simulator's costs are measured with a rank's threads.
+    with the reference. First, the simulator's costs are measured with a rank's threads. The
+    draft decodes in `draft_linear`'s engine (None: `linear`).
     Each finished run is journalled in `checkpoint`: a killed job keeps them (with the timings
     measured before the kill) and runs only the rest."""
     from kvspec.data.records import read_jsonl
@@ -51,7 +53,8 @@ def runs_stage(
         for name, bench in sets.items()
         for pid, ids in bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tok)
     ]
-    cal, raw = _calibrate(inputs, target, prompts, settings, dtype, linear, seed)
+    draft_linear = draft_linear or linear
+    cal, raw = _calibrate(inputs, target, prompts, settings, dtype, draft_linear, seed)
     use_threads(threads)
     journal = Journal(checkpoint, key="run_key")
     done, rows = journal.done(), []
@@ -71,7 +74,7 @@ def runs_stage(
                     n,
                     settings,
                     dtype,
-                    linear,
+                    (linear, draft_linear),
                     threads if n == 1 and strategy == "iterative" else None,
                     variant,
                 )
@@ -89,15 +92,16 @@ def runs_stage(
 
 
 def _calibrate(inputs: Mapping[str, str], target: Any, prompts: list, settings: Mapping[str, Any],
-               dtype: str, linear: str, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
-    """Simulator costs at a context of the median prompt plus half the new tokens."""
+               dtype: str, draft_linear: str, seed: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+    """Simulator costs at a context of the median prompt plus half the new tokens (the draft
+    in `draft_linear`'s engine)."""
     import statistics
 
     from kvspec.models.load import load_model, use_threads
     from kvspec.pipeline.calibrate import calibrate
 
     use_threads(settings["threads_per_rank"])
-    draft, _ = load_model(inputs["draft"], dtype=dtype, linear=linear)
+    draft, _ = load_model(inputs["draft"], dtype=dtype, linear=draft_linear)
     context = int(statistics.median(len(ids) for *_, ids in prompts))
     context += settings["max_new_tokens"] // 2
     cal, raw = calibrate(target, draft, context=context, repeats=settings["calibration_repeats"],
@@ -145,13 +149,14 @@ def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int, str]]:
 
 
 def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], strategy: str,
-              n: int, settings: Mapping[str, Any], dtype: str, linear: str, threads: int | None,
-              variant: str = "") -> PipelineRun:  # fmt: skip
+              n: int, settings: Mapping[str, Any], dtype: str, engines: tuple[str, str],
+              threads: int | None, variant: str = "") -> PipelineRun:  # fmt: skip
     from kvspec.pipeline.scaling import ABLATIONS
 
     return PipelineRun(
         inputs["target"], strategy, n, list(prompt), settings["max_new_tokens"], list(stops),
-        draft=inputs["draft"], k=settings["k"], dtype=dtype, linear=linear,
+        draft=inputs["draft"], k=settings["k"], dtype=dtype, linear=engines[0],
+        draft_linear=engines[1],
         threads=threads or settings["threads_per_rank"], timeout_s=settings["timeout_s"],
         pipeinfer={**settings["pipeinfer"], **(ABLATIONS[variant] if variant else {})},
     )  # fmt: skip

@@ -83,7 +83,10 @@ class LecturePlan:
             job |= {"calib_kind": self.calibration_kind(), "tasks": self.quantization_tasks(),
                     "task_dir": str(self.repo / "config" / "lm_eval_tasks"),
                     "eval_settings": self.evaluate_settings()}  # fmt: skip
-        elif example in ("speculative", "scheduling"):
+        elif example == "speculative":  # a target and the distilled draft
+            draft = self.config["resources"].get("draft_linear") or decode["linear"]
+            job |= {"bench": self.bench(example), **run, **decode, "draft_linear": draft}
+        elif example == "scheduling":
             job |= {"bench": self.bench(example), **run, **decode}
         elif example == "paged":  # the scheduling example's prompts and batches
             job |= {"bench": self.bench("scheduling"), **run, **decode}

@@ -62,6 +62,13 @@ def _engine(c: Mapping[str, Any]) -> dict[str, str]:
     return {"linear": c["resources"]["linear"]}
 
 
+def _drafting(c: Mapping[str, Any]) -> dict[str, str]:
+    """The decode engines of jobs that decode with a target and draft models
+    (`resources.linear`; `resources.draft_linear`, null: the same)."""
+    linear = c["resources"]["linear"]
+    return {"linear": linear, "draft_linear": c["resources"].get("draft_linear") or linear}
+
+
 def _model_of(c: Mapping[str, Any], *keys: str) -> Callable[[Any], Any]:
     """The config value at models.<model>.<keys...> of the job's model."""
 
@@ -202,7 +209,7 @@ def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
             "decode": spec["decode"], "max_new_tokens": speed["max_new_tokens"],
             "repeats": speed["repeats"], "baseline_repeats": speed["baseline_repeats"],
             "unstable_spread": speed["unstable_spread"],
-            "max_support": spec["index"]["max_support"], **_run(c), **_engine(c)}  # fmt: skip
+            "max_support": spec["index"]["max_support"], **_run(c), **_drafting(c)}  # fmt: skip
 
 
 def _specdecode_mla(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -240,7 +247,7 @@ def _specdecode_draft_latency(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any
 
 def _specdecode_draft_quality(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"sets": plan.spec.draft_sets(), "settings": c["spec"]["drafts"], **_run(c),
-            **_engine(c)}  # fmt: skip
+            **_drafting(c)}  # fmt: skip
 
 
 # ---- the other documents ----------------------------------------------------------------------
@@ -254,7 +261,7 @@ def _sampling(kind: str) -> Callable[[Plan, Mapping[str, Any]], dict[str, Any]]:
         extra = {"sandbox": c["sandbox"], "checkpoint": Wild(paths.SAMPLING_HUMANEVAL_STATE)}
         extra = extra if kind == "humaneval" else {}  # judges code; journals its samples
         return {**plan.sampling.job(kind), "target": c["sampling"]["target"], **extra,
-                **_run(c), **_engine(c)}  # fmt: skip
+                **_run(c), **_drafting(c)}  # fmt: skip
 
     return bundle
 
@@ -266,7 +273,7 @@ def _lecture(plan: Plan, example: str) -> dict[str, Any]:
 def _pipeline_run(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"sets": plan.pipeline.sets(), "settings": plan.pipeline.settings(),
             "checkpoint": Wild(paths.PIPELINE_STATE), **_run(c, "dtype", "seed"),
-            **_engine(c)}  # fmt: skip
+            **_drafting(c)}  # fmt: skip
 
 
 def _pipeline_pair(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
@@ -277,7 +284,7 @@ def _pipeline_pair(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
     return {"sets": plan.pipeline.sets(), "settings": plan.pipeline.pair_settings(),
             "checkpoint": Wild(paths.PIPELINE_PAIR_STATE), "seed": seed,
-            **_run(c, "dtype"), **_engine(c)}  # fmt: skip
+            **_run(c, "dtype"), **_drafting(c)}  # fmt: skip
 
 
 def _pipeline_simulate(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:

@@ -91,11 +91,20 @@ def _by_id(path: str, records: list[dict[str, Any]], ids: Sequence[str]) -> list
     return [by_id[t] for t in ids]
 
 
-def _load(models: Mapping[str, str], dtype: str, device: str,
-          linear: str) -> dict[str, torch.nn.Module]:  # fmt: skip
-    """{model name: loaded model} of {model name: directory}."""
-    return {n: load_model(p, dtype=dtype, device=device, linear=linear)[0]
+def _load(models: Mapping[str, str], dtype: str, device: str, engines: tuple[str, str | None],
+          targets: set[str]) -> dict[str, torch.nn.Module]:  # fmt: skip
+    """{model name: loaded model} of {model name: directory}: `targets` in engines[0], the
+    models that only draft in engines[1] (None: engines[0]); a draft's engine changes what it
+    proposes, never the target's law the samplers keep."""
+    linear, draft_linear = engines[0], engines[1] or engines[0]
+    return {n: load_model(p, dtype=dtype, device=device,
+                          linear=linear if n in targets else draft_linear)[0]
             for n, p in models.items()}  # fmt: skip
+
+
+def _targets(target: str, *methods: Mapping[str, Any]) -> set[str]:
+    """The models that verify: the stage's target and any method's own."""
+    return {target, *(m["target"] for m in methods if "target" in m)}
 
 
 def tokenizer_of(model_dir: str) -> Any:
@@ -135,12 +144,15 @@ def _row(s: Sample) -> dict[str, Any]:
 # ---- Figures 1-4: max draft tokens x temperature ------------------------------------------------
 def sweep_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                 method: Mapping[str, Any], settings: Mapping[str, Any], seed: int, device: str,
-                dtype: str, linear: str, threads: int) -> None:  # fmt: skip
+                dtype: str, linear: str, threads: int,
+                draft_linear: str | None = None) -> None:  # fmt: skip
     """Speculative sampling with `method`'s draft at every (k, temperature) on the first
     HumanEval prompts, and repeated runs at the Figure 2 temperature: per run drafted,
     prefix-accepted and passing drafts, tokens and seconds."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
+    engines = (linear, draft_linear)
+    loaded = _load(models, dtype, device, engines, _targets(target, method))
+    tok = tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
@@ -168,7 +180,7 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
                     label: str, method: Mapping[str, Any], settings: Mapping[str, Any],
                     sandbox: Mapping[str, Any], seed: int, device: str, dtype: str,
                     linear: str, threads: int, checkpoint: str | None = None,
-                    pilot: str | None = None) -> None:  # fmt: skip
+                    pilot: str | None = None, draft_linear: str | None = None) -> None:  # fmt: skip
     """`completions` samples per problem (`chosen_problems`: the pilot's selection, chosen ids
     or the first ones; the stub continued or answered in a chat turn) with one method, the same
     seeds for every method; verdicts from the sandboxed runner; pass@k per problem. Each sample
@@ -177,7 +189,9 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     from kvspec.eval.humaneval import score
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
+    engines = (linear, draft_linear)
+    loaded = _load(models, dtype, device, engines, _targets(target, method))
+    tok = tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     chosen, fmt = chosen_problems(problems, settings, pilot), settings["prompt_format"]
     stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
@@ -225,11 +239,13 @@ def _pilot_summary(pilot: str | None) -> dict[str, Any] | None:
 def timing_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                  methods: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any],
                  seed: int, device: str, dtype: str, linear: str,
-                 threads: int) -> None:  # fmt: skip
+                 threads: int, draft_linear: str | None = None) -> None:  # fmt: skip
     """Every method on the same prompts and seeds, interleaved run by run in one process after
     a discarded warm-up: latency per sample, time per token, throughput (mean, std)."""
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
+    engines = (linear, draft_linear)
+    loaded = _load(models, dtype, device, engines, _targets(target, *methods.values()))
+    tok = tokenizer_of(next(iter(models.values())))
     fmt = settings["prompt_format"]
     prompts = [code_prompt(tok, r, fmt) for r in chosen_problems(problems, settings)]
     stops = [*stop_ids(next(iter(loaded.values())), tok), *code_stops(tok, fmt)]
@@ -272,14 +288,17 @@ def timing_summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 # ---- MATH-500 ---------------------------------------------------------------------------------
 def math500_stage(models: Mapping[str, str], problems: str, out: str, *, target: str,
                   method: Mapping[str, Any], settings: Mapping[str, Any], seed: int,
-                  device: str, dtype: str, linear: str, threads: int) -> None:  # fmt: skip
+                  device: str, dtype: str, linear: str, threads: int,
+                  draft_linear: str | None = None) -> None:  # fmt: skip
     """Greedy answers of the target alone and with greedy speculative decoding by `method`
     (the same answers are expected), graded with math-verify."""
     from kvspec.decoding.generate import prompt_ids
     from kvspec.eval.math500 import is_correct
 
     use_threads(threads)
-    loaded, tok = _load(models, dtype, device, linear), tokenizer_of(next(iter(models.values())))
+    engines = (linear, draft_linear)
+    loaded = _load(models, dtype, device, engines, _targets(target, method))
+    tok = tokenizer_of(next(iter(models.values())))
     roles = _roles(method, target, loaded)
     records = list(read_jsonl(problems))[: settings["problems"]]
     stops = stop_ids(roles["target"], tok)

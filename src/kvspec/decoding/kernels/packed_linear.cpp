@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 namespace {
@@ -123,6 +124,35 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return (NP * 16 == N ? out : out.narrow(1, 0, N).contiguous()).view(shape);
 }
 
+// RMSNorm of every row of x (the last dim): x * rsqrt(mean(x^2) + eps) * w, w the norm's
+// weight as the model applies it (Llama: w; Gemma: 1 + w). The squares are summed in one fixed
+// order (16 lanes over the row, then the lanes in order), so a row's result does not depend on
+// the other rows either.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat &&
+                  x.device().is_cpu() && w.is_contiguous(),
+              "rms_norm: float32 CPU tensors");
+  const int64_t K = w.numel();
+  TORCH_CHECK(x.size(-1) == K, "rms_norm: input width ", x.size(-1), " != ", K);
+  auto x2 = x.reshape({-1, K}).contiguous();
+  const int64_t M = x2.size(0), K16 = K - K % 16;
+  auto out = torch::empty_like(x2);
+  const float* xp = x2.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    const float* r = xp + m * K;
+    v16 acc{};
+    for (int64_t k = 0; k < K16; k += 16) { v16 v = load(r + k); acc += v * v; }
+    float sum = 0.0f;
+    for (int i = 0; i < 16; ++i) sum += acc[i];
+    for (int64_t k = K16; k < K; ++k) sum += r[k] * r[k];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(K) + static_cast<float>(eps));
+    for (int64_t k = 0; k < K; ++k) op[m * K + k] = r[k] * scale * wp[k];
+  }
+  return out.view(x.sizes());
+}
+
 // Was this build's at::parallel_for compiled for OpenMP (PyTorch's CPU thread pool on Linux)?
 // Without -fopenmp it silently runs every call on one thread.
 bool openmp() {
@@ -136,5 +166,6 @@ bool openmp() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("openmp", &openmp, "built with OpenMP (at::parallel_for uses every thread)");
   m.def("pack", &pack, "W (N x K) -> panels (ceil(N/16) x K x 16)");
+  m.def("rms_norm", &rms_norm, "RMSNorm over the last dim, fixed summation order");
   m.def("linear", &linear, "x W^T through packed panels, float32 sums, batch invariant");
 }
