@@ -22,3 +22,21 @@ def test_packed_linears_give_the_same_logits_and_are_undone() -> None:
     torch.testing.assert_close(packed, plain, rtol=1e-4, atol=1e-4)
     assert not [m for m in model.modules() if "forward" in vars(m)]
     assert torch.equal(after, plain)
+
+
+def test_module_norms_restore_the_models_own_norms_and_then_the_fused_ones() -> None:
+    from kvspec.decoding.engine_cli import module_norms
+    from kvspec.decoding.packed import NORMS, pack_linears
+
+    model = pack_linears(tree_llama(0).float(), "packed")
+    norms = [m for m in model.modules() if type(m).__name__ in NORMS]
+    fused = [vars(m)["forward"] for m in norms]
+    ids = torch.tensor([[3, 17, 5, 9, 21, 4]])
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+        with module_norms(model):
+            assert norms and not any("forward" in vars(m) for m in norms)
+            own = model(input_ids=ids).logits
+        assert [vars(m)["forward"] for m in norms] == fused
+        torch.testing.assert_close(own, before, rtol=1e-4, atol=1e-4)
+        assert torch.equal(model(input_ids=ids).logits, before)

@@ -6,7 +6,8 @@ Prints, measured in one run: the machine's read bandwidth (a large float32 sum) 
 bandwidth bound of one decode step (the weights' bytes over it); then for each engine variant
 (PyTorch's float32 layers; bfloat16 weights, which this CPU multiplies with AVX512-BF16;
 float32 with MKL-packed linear weights, the kernel inductor's weight freezing uses; the study's
-engine `resources.linear: packed` / `packed-bf16`, `kvspec.decoding.packed`) the
+engine `resources.linear: packed` / `packed-bf16`, `kvspec.decoding.packed`, with its fused
+RMSNorm and with transformers' own) the
 one-position step in ms and its multiple of the bound, and what a forward of q positions costs
 as a multiple of the one-position step (`kvspec.decoding.verify_cost`, q interleaved). Variants
 follow each other in this process; rerun to see the machine's drift.
@@ -42,6 +43,21 @@ def packed_linears(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for module in patched:
             del module.forward  # the class's forward again
+
+
+@contextmanager
+def module_norms(model: torch.nn.Module) -> Iterator[None]:
+    """A packed model's RMSNorms computing through transformers' own forward again (what the
+    kernel file's fused norm saves, side by side)."""
+    from kvspec.decoding.packed import NORMS
+
+    fused = {m: vars(m).pop("forward") for m in model.modules()
+             if type(m).__name__ in NORMS and "forward" in vars(m)}  # fmt: skip
+    try:
+        yield
+    finally:
+        for module, forward in fused.items():
+            module.forward = forward
 
 
 def _packed_forward(module: torch.nn.Linear, packed: torch.Tensor):  # noqa: ANN202
@@ -85,6 +101,8 @@ def main() -> None:
         engine = {"float32": "packed", "bfloat16": "packed-bf16"}[dtype]  # kvspec's kernel
         model = load_weights(args.model, linear=engine)
         report(f"{engine} (resources.linear)", model, context, bound_ms, args.repeats)
+        with module_norms(model):
+            report(f"{engine}, transformers' norms", model, context, bound_ms, args.repeats)
 
 
 if __name__ == "__main__":
