@@ -16,5 +16,6 @@ with log_to(snakemake.log[0]):
         device=job["device"],
         dtype=job["dtype"],
         linear=job["linear"],
+        draft_linear=job["draft_linear"],
         threads=snakemake.threads,
     )
