@@ -176,6 +176,13 @@ def check_engine(resources: Mapping[str, Any]) -> None:
             )
 
 
+def decode_engines(resources: Mapping[str, Any]) -> dict[str, str]:
+    """{"linear": the targets' decode engine, "draft_linear": the drafts'} of a validated
+    config's `resources` (draft_linear null: the targets' engine)."""
+    linear = resources["linear"]
+    return {"linear": linear, "draft_linear": resources.get("draft_linear") or linear}
+
+
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:
     """`name`, its distillation teacher, that teacher's teacher, ... (stops at a repeat)."""
     chain = [name]

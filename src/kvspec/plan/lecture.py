@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kvspec.config import decode_engines
 from kvspec.plan import paths
 from kvspec.plan.items import ReportItem, figure_outputs, table_outputs
 
@@ -84,8 +85,8 @@ class LecturePlan:
                     "task_dir": str(self.repo / "config" / "lm_eval_tasks"),
                     "eval_settings": self.evaluate_settings()}  # fmt: skip
         elif example == "speculative":  # a target and the distilled draft
-            draft = self.config["resources"].get("draft_linear") or decode["linear"]
-            job |= {"bench": self.bench(example), **run, **decode, "draft_linear": draft}
+            job |= {"bench": self.bench(example), **run,
+                    **decode_engines(self.config["resources"])}  # fmt: skip
         elif example == "scheduling":
             job |= {"bench": self.bench(example), **run, **decode}
         elif example == "paged":  # the scheduling example's prompts and batches

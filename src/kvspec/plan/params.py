@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kvspec.config import decode_engines
 from kvspec.plan import paths
 
 if TYPE_CHECKING:
@@ -65,8 +66,7 @@ def _engine(c: Mapping[str, Any]) -> dict[str, str]:
 def _drafting(c: Mapping[str, Any]) -> dict[str, str]:
     """The decode engines of jobs that decode with a target and draft models
     (`resources.linear`; `resources.draft_linear`, null: the same)."""
-    linear = c["resources"]["linear"]
-    return {"linear": linear, "draft_linear": c["resources"].get("draft_linear") or linear}
+    return decode_engines(c["resources"])
 
 
 def _model_of(c: Mapping[str, Any], *keys: str) -> Callable[[Any], Any]:
