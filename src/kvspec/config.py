@@ -183,6 +183,12 @@ def decode_engines(resources: Mapping[str, Any]) -> dict[str, str]:
     return {"linear": linear, "draft_linear": resources.get("draft_linear") or linear}
 
 
+def eval_dtype(config: Mapping[str, Any]) -> str:
+    """The dtype lm-eval runs load their models in: `eval.dtype`, or `resources.dtype` when
+    that is null (a validated config)."""
+    return config["eval"].get("dtype") or config["resources"]["dtype"]
+
+
 def teacher_chain(config: Mapping[str, Any], name: str) -> list[str]:
     """`name`, its distillation teacher, that teacher's teacher, ... (stops at a repeat)."""
     chain = [name]

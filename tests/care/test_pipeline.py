@@ -18,6 +18,7 @@ from kvspec.care.factorize import factorize
 from kvspec.care.pipeline import (
     convert_stage,
     covariance_stage,
+    evaluate_stage,
     factorize_stage,
     kv_cache_widths,
 )
@@ -157,3 +158,23 @@ def test_stages_end_to_end(tmp_path, saved) -> None:
         allocate_stage(str(factors), "uniform", FULL + 1, str(tmp_path / "x.json"))
     with pytest.raises(ValueError, match="allocation"):
         allocate_stage(str(factors), "greedy", 4, str(tmp_path / "x.json"))
+
+
+def test_evaluate_stage_loads_the_settings_dtype(tmp_path, saved) -> None:
+    """The evaluate rules' entry point scores the model in `settings.dtype` (eval.dtype): the
+    record says so, and bfloat16 perplexity stays near float32's on the same documents."""
+    text = [{"id": str(i), "text": f"{TEXT} number {i} and more words"} for i in range(3)]
+    tasks = {"wiki": {"metric": "word_perplexity", "template": "kvspec_wikitext2",
+                      "data": str(_jsonl(tmp_path / "t.jsonl", text)), "lm_eval": None,
+                      "limit": 2, "max_words": None}}  # fmt: skip
+    task_dir = str(Path(__file__).parents[2] / "config" / "lm_eval_tasks")
+    records = {}
+    for dtype in ("float32", "bfloat16"):
+        out = tmp_path / f"{dtype}.json"
+        settings = {"batch_size": 2, "max_length": 64, "seed": 0, "dtype": dtype, "device": "cpu"}
+        evaluate_stage(str(saved), str(out), tasks=tasks, task_dir=task_dir, settings=settings,
+                       meta={"model": "target", "variant": "original"}, threads=1)  # fmt: skip
+        records[dtype] = json.loads(out.read_text())
+        assert records[dtype]["dtype"] == dtype
+    f32, bf16 = (records[d]["metrics"]["wiki"]["value"] for d in ("float32", "bfloat16"))
+    assert f32 != bf16 and bf16 == pytest.approx(f32, rel=0.05)

@@ -576,6 +576,23 @@ def test_decoding_jobs_take_the_decode_engine_and_training_jobs_do_not(plans) ->
     assert plans["paper"].config["resources"]["linear"] == "torch"
 
 
+def test_evaluate_jobs_load_models_in_eval_dtype_and_conversions_do_not(plans) -> None:
+    from kvspec.plan.params import RULES
+
+    for name, plan in plans.items():
+        c = plan.config
+        want = c["eval"]["dtype"] or c["resources"]["dtype"]
+        for rule in ("evaluate_original", "evaluate_lmeval", "evaluate_healed"):
+            assert RULES[rule](plan, c)["settings"]["dtype"] == want, (name, rule)
+        for rule in ("covariance_collect",):
+            assert RULES[rule](plan, c)["dtype"] == c["resources"]["dtype"], (name, rule)
+        quantization = plan.lecture.job("quantization")["eval_settings"]
+        assert quantization["dtype"] == c["resources"]["dtype"], name  # it quantizes weights
+    assert plans["config"].config["eval"]["dtype"] == "bfloat16"
+    assert plans["config"].config["resources"]["dtype"] == "float32"
+    assert plans["ci"].config["eval"]["dtype"] is None
+
+
 DRAFTING = ["specdecode_speed", "specdecode_draft_quality", "sampling_sweep",
             "sampling_humaneval", "sampling_timing", "sampling_math500", "pipeline_run",
             "pipeline_pair"]  # fmt: skip

@@ -129,10 +129,11 @@ def _full(cfg: Any) -> int:
 
 
 def model_summary(model: PreTrainedModel) -> dict[str, Any]:
-    """Parameters and KV-cache width of a model (for the evaluation record)."""
+    """Parameters, their dtype and the KV-cache width of a model (for the evaluation record)."""
     widths = kv_cache_widths(model)
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "kv_cached_per_token": widths["cached"],
         "kv_full_per_token": widths["full"],
         "kv_save_pct": 100.0 * (1 - widths["cached"] / widths["full"]),

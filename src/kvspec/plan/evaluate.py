@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvspec.config import eval_dtype
 from kvspec.plan import paths
 from kvspec.plan.care import Columns, Limits
 from kvspec.plan.names import Calib, Converted, Evaluated, Factors, Healed, Original, RankPlan
@@ -54,7 +55,7 @@ class EvalPlan:
             "batch_size": self.config["eval"]["batch_size"],
             "max_length": self.config["eval"]["max_length"],
             "seed": self.config["seed"],
-            "dtype": self.config["resources"]["dtype"],
+            "dtype": eval_dtype(self.config),
             "device": self.config["resources"]["device"],
         }
 

@@ -83,7 +83,8 @@ class LecturePlan:
         elif example == "quantization":
             job |= {"calib_kind": self.calibration_kind(), "tasks": self.quantization_tasks(),
                     "task_dir": str(self.repo / "config" / "lm_eval_tasks"),
-                    "eval_settings": self.evaluate_settings()}  # fmt: skip
+                    # it quantizes the loaded weights: the conversions' dtype, not eval.dtype
+                    "eval_settings": self.evaluate_settings() | run}  # fmt: skip
         elif example == "speculative":  # a target and the distilled draft
             job |= {"bench": self.bench(example), **run,
                     **decode_engines(self.config["resources"])}  # fmt: skip

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvspec.config import eval_dtype
 from kvspec.plan.cards import Card, card_of
 from kvspec.plan.sampling import HUMANEVAL_SIZE, humaneval_bound
 
@@ -206,7 +207,7 @@ def _evaluate(config: Mapping[str, Any], wildcards: Any) -> Need:
     tokens = sum(TASK_TOKENS.get(t.get("lm_eval") or t.get("template", ""), 5e6)
                  for t in config["eval"]["tasks"].values())  # fmt: skip
     batch, context = config["eval"]["batch_size"], config["eval"]["max_length"] or 4096
-    return inference(card, _dtype(config), batch=batch, context=context, decode_steps=0,
+    return inference(card, eval_dtype(config), batch=batch, context=context, decode_steps=0,
                      score_tokens=tokens)  # fmt: skip
 
 
