@@ -71,6 +71,19 @@ def test_notes_give_each_document_count_when_rows_differ(tmp_path: Path) -> None
     assert "arc: arc n=6 (1 row), n=4 (2 rows)" in Path(out["md"]).read_text()
 
 
+def test_notes_say_which_dtype_the_models_were_scored_in(tmp_path: Path) -> None:
+    rows = []
+    for label, rank, save in (("GQA (Original)", None, 0.0), ("svd-uniform", 8, 93.75)):
+        file = tmp_path / f"{label}.json"
+        record = json.loads(Path(_record(file, save, 0.5, 10)).read_text())
+        file.write_text(json.dumps(record | {"dtype": "bfloat16"}))
+        rows.append({"label": label, "rank": rank, "file": str(file)})
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    render({"name": "table_3_1", "rows": rows},
+           {"paper": [str(PAPER / "thesis_table_3_1.csv")]}, out)  # fmt: skip
+    assert "lm-eval zero-shot with bfloat16 weights;" in Path(out["md"]).read_text()
+
+
 def test_table_3_5_uses_only_its_columns(tmp_path: Path) -> None:
     rows = [
         {"label": alloc, "rank": 8, "file": _record(tmp_path / f"{alloc}.json", 93.75, acc, 50,

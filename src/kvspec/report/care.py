@@ -95,9 +95,12 @@ def eval_notes(records: list[dict[str, Any]], paper_cols: list[str], meta: dict)
     per_col = ", ".join(f"{c}: {m['task']} {_sizes(sizes[c])}" for c, m in seen.items())
     missing = [c for c in paper_cols if c not in seen and c not in ("wiki_ppl", "ppl", "avg")]
     missing = [c for c in missing if not (c in ("wiki_ppl", "ppl") and "wiki" in seen)]
+    dtypes = sorted({rec["dtype"] for rec in records if rec.get("dtype")})  # older records: none
+    weights = f" with {' and '.join(dtypes)} weights" if dtypes else ""
     notes = [
         f"Source of (paper) columns: {meta['source'][0]}; {meta['table'][0]}",
-        f"Ours: model `{records[0]['model']}`, lm-eval zero-shot; documents per column: {per_col}",
+        f"Ours: model `{records[0]['model']}`, lm-eval zero-shot{weights}; documents per column: "
+        f"{per_col}",
         "Accuracies in %; avg (ours) = mean of our accuracy columns in this table; avg (paper) "
         "is the thesis's printed AVG.",
         "Rows are matched on KV saving (1 - r/(g_h·d_h)); rank (ours) is the stand-in model's "
