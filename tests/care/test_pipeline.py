@@ -178,3 +178,24 @@ def test_evaluate_stage_loads_the_settings_dtype(tmp_path, saved) -> None:
         assert records[dtype]["dtype"] == dtype
     f32, bf16 = (records[d]["metrics"]["wiki"]["value"] for d in ("float32", "bfloat16"))
     assert f32 != bf16 and bf16 == pytest.approx(f32, rel=0.05)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_evaluate_stage_auto_dtype_follows_the_hardware(
+    tmp_path, saved, monkeypatch, native
+) -> None:
+    """eval.dtype "auto" is decided when the job runs: bfloat16 where the device computes it
+    natively, float32 elsewhere; the record carries the dtype used."""
+    from kvspec.models import load
+
+    monkeypatch.setattr(load, "native_bfloat16", lambda device: native)
+    text = [{"id": "0", "text": f"{TEXT} and more words"}]
+    tasks = {"wiki": {"metric": "word_perplexity", "template": "kvspec_wikitext2",
+                      "data": str(_jsonl(tmp_path / "t.jsonl", text)), "lm_eval": None,
+                      "limit": 1, "max_words": None}}  # fmt: skip
+    task_dir = str(Path(__file__).parents[2] / "config" / "lm_eval_tasks")
+    out = tmp_path / "auto.json"
+    settings = {"batch_size": 2, "max_length": 64, "seed": 0, "dtype": "auto", "device": "cpu"}
+    evaluate_stage(str(saved), str(out), tasks=tasks, task_dir=task_dir, settings=settings,
+                   meta={"model": "target", "variant": "original"}, threads=1)  # fmt: skip
+    assert json.loads(out.read_text())["dtype"] == ("bfloat16" if native else "float32")

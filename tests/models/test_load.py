@@ -3,9 +3,11 @@ placement, as a 32B model is spread over a node's GPUs) computes what it compute
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from kvspec.models.load import load_model, weight_bytes
+from kvspec.models import load
+from kvspec.models.load import load_model, resolve_dtype, weight_bytes
 from tests.tiny import tiny_llama
 
 
@@ -36,3 +38,19 @@ def test_a_model_spread_over_devices_gives_the_same_logits(tmp_path) -> None:
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
     with torch.inference_mode():
         torch.testing.assert_close(spread(ids).logits, whole(ids).logits, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch, native) -> None:
+    monkeypatch.setattr(load, "native_bfloat16", lambda device: native)
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+    assert resolve_dtype("float32", "cpu") == "float32"  # an explicit dtype is kept
+    assert resolve_dtype("bfloat16", "cpu") == "bfloat16"
+
+
+def test_native_bfloat16_reads_the_cpu_flags(monkeypatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert not load.native_bfloat16("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert load.native_bfloat16("cpu")

@@ -18,7 +18,7 @@ from kvspec.care.convert import full_factors, max_rank, mla_from_factors
 from kvspec.care.covariance import collect_covariances, load_stats, save_stats
 from kvspec.care.store import load_factors, load_plan, save_factors
 from kvspec.io import atomic_path, link_identical, write_json
-from kvspec.models.load import load_model, use_threads
+from kvspec.models.load import load_model, resolve_dtype, use_threads
 from kvspec.provenance import provenance
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,9 @@ def evaluate_stage(
     from kvspec.eval.harness import TaskSpec, evaluate
 
     use_threads(threads)
-    model, tok = load_model(model_dir, dtype=settings["dtype"], device=settings["device"])
+    dtype = resolve_dtype(settings["dtype"], settings["device"])
+    log.info("evaluating in %s (eval.dtype: %s)", dtype, settings["dtype"])
+    model, tok = load_model(model_dir, dtype=dtype, device=settings["device"])
     specs = {col: TaskSpec(**spec) for col, spec in tasks.items()}
     metrics = evaluate(
         model,

@@ -22,7 +22,8 @@ from kvspec.plan.cards import Card, card_of
 from kvspec.plan.sampling import HUMANEVAL_SIZE, humaneval_bound
 
 GB = 1024**3
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+# "auto" (eval.dtype) is bfloat16 or float32 by the machine that runs the job: sized as float32
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "auto": 4}
 
 
 @dataclass(frozen=True)
