@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvspec.eval.scoring import ContinuationLM
+from kvspec.eval import scoring
+from kvspec.eval.scoring import ContinuationLM, pack
 from kvspec.models.build import build_model
 from kvspec.models.tokenizer import train_tokenizer
 
@@ -82,3 +83,105 @@ def test_latent_attention_models_match_hflm(lms, arch) -> None:
     want = HFLM(**kw)._loglikelihood_tokens(requests)
     assert [g[1] for g in got] == [w[1] for w in want]
     assert [g[0] for g in got] == pytest.approx([w[0] for w in want], abs=1e-4)
+
+
+def _choices(seed: int, vocab: int = 100) -> list:
+    """Multiple-choice requests: 5 contexts of 2-9 tokens, each with 2-4 continuations of 1-5
+    tokens, interleaved as lm-eval lists them, plus two requests with a context of their own."""
+    g = torch.Generator().manual_seed(seed)
+
+    def ids(n: int) -> list[int]:
+        return torch.randint(3, vocab, (n,), generator=g).tolist()
+
+    out = []
+    for n_ctx, lengths in [(4, [1, 3, 2, 5]), (2, [2, 1]), (9, [4, 4, 1]), (6, [1, 1]),
+                           (3, [5, 2, 3, 1])]:  # fmt: skip
+        context = ids(n_ctx)
+        out += [(("ctx", "cont"), context, ids(n)) for n in lengths]
+    out += [(("ctx", "cont"), ids(5), ids(3)), (("ctx", "cont"), ids(8), ids(2))]
+    return out
+
+
+def _packed_rows(monkeypatch) -> list[int]:
+    """Counts the rows scored through the packed path."""
+    seen: list[int] = []
+    real = scoring.packed_logprobs
+
+    def counting(model, rows):
+        seen.append(len(rows))
+        return real(model, rows)
+
+    monkeypatch.setattr(scoring, "packed_logprobs", counting)
+    return seen
+
+
+def _both(model, tok, requests, max_length: int = 16) -> tuple[list, list, list]:
+    from lm_eval.models.huggingface import HFLM
+
+    kw = {"pretrained": model, "tokenizer": tok, "backend": "causal", "device": "cpu",
+          "batch_size": 3, "max_length": max_length}  # fmt: skip
+    shared = ContinuationLM(**kw)
+    separate = ContinuationLM(**kw)
+    separate.share_contexts = False
+    return (shared._loglikelihood_tokens(requests), separate._loglikelihood_tokens(requests),
+            HFLM(**kw)._loglikelihood_tokens(requests))  # fmt: skip
+
+
+def _same(got: list, want: list) -> None:
+    assert [g[1] for g in got] == [w[1] for w in want]
+    assert [g[0] for g in got] == pytest.approx([w[0] for w in want], abs=1e-4)
+
+
+def test_shared_contexts_score_like_separate_rows(lms, monkeypatch) -> None:
+    rows = _packed_rows(monkeypatch)
+    requests = _choices(1)
+    shared, separate, ref = _both(lms[0].model, lms[0].tokenizer, requests)
+    assert sum(rows) == 5  # the five multiple-choice contexts, in two batches of <= 3
+    _same(shared, ref)
+    _same(separate, ref)
+    assert len({g[0] for g in shared}) == len(requests)  # no continuation was scored twice
+
+
+def test_a_context_lm_eval_truncates_is_scored_on_its_own_row(lms, monkeypatch) -> None:
+    rows = _packed_rows(monkeypatch)
+    requests = _choices(2)
+    shared, _, ref = _both(lms[0].model, lms[0].tokenizer, requests, max_length=9)
+    _same(shared, ref)
+    assert sum(rows) < 5  # (9, [4, 4, 1]) and (6, [1, 1])-like rows exceed 9 tokens: not packed
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3_text"])
+def test_shared_contexts_in_latent_attention_models(lms, arch) -> None:
+    """MLA models take the packed row's positions and mask (Gemma3: a 4-token window)."""
+    from ..models.test_modeling_mla import _model
+
+    requests = _choices(3, vocab=120)
+    shared, _, ref = _both(_model(arch), lms[0].tokenizer, requests)
+    _same(shared, ref)
+
+
+def test_shared_contexts_in_a_sliding_window_model(lms) -> None:
+    """Gemma-3 (sliding and full layers, two RoPE bases): a 4-token window cuts through the
+    packed rows, so a continuation's slots must lose the context keys the window drops."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=64, attn_implementation="sdpa",
+    )  # fmt: skip
+    model = Gemma3ForCausalLM(config).eval()
+    shared, _, ref = _both(model, lms[0].tokenizer, _choices(4))
+    _same(shared, ref)
+
+
+def test_pack_places_each_continuation_after_the_context() -> None:
+    row = pack([5, 6, 7], [[1], [2, 3, 4]])
+    assert row.tokens == [5, 6, 7, 2, 3]  # a continuation's last token is never fed
+    assert row.positions == [0, 1, 2, 3, 4]
+    assert row.reads == [[2], [2, 3, 4]]
+    assert row.allowed[4].tolist() == [True, True, True, True, True]
+    assert row.allowed[3].tolist() == [True, True, True, True, False]
+    assert not row.allowed[:3, 3:].any()  # the context never sees a continuation

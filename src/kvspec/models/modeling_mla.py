@@ -295,7 +295,11 @@ def _check_latent_cache(cache: Cache | None) -> None:
         )
 
 
-def _check_mask(attention_mask: Tensor | None, total: int) -> None:
+def _check_mask(attention_mask: Tensor | dict[str, Tensor] | None, total: int) -> None:
+    """A 2-D padding mask must cover every position; a prepared 4-D mask, or one per layer type
+    (a dict, as Gemma-3's decoder takes), is the caller's."""
+    if isinstance(attention_mask, dict):
+        return
     if attention_mask is not None and attention_mask.ndim == 2 and attention_mask.shape[1] != total:
         raise ValueError(
             f"attention_mask covers {attention_mask.shape[-1]} tokens, expected {total}"
