@@ -136,7 +136,7 @@ def test_shared_contexts_score_like_separate_rows(lms, monkeypatch) -> None:
     rows = _packed_rows(monkeypatch)
     requests = _choices(1)
     shared, separate, ref = _both(lms[0].model, lms[0].tokenizer, requests)
-    assert sum(rows) == 5  # the five multiple-choice contexts, in two batches of <= 3
+    assert rows == [1, 1, 1, 1, 1]  # five multiple-choice contexts, batches of <= 3 requests
     _same(shared, ref)
     _same(separate, ref)
     assert len({g[0] for g in shared}) == len(requests)  # no continuation was scored twice
@@ -185,3 +185,10 @@ def test_pack_places_each_continuation_after_the_context() -> None:
     assert row.allowed[4].tolist() == [True, True, True, True, True]
     assert row.allowed[3].tolist() == [True, True, True, True, False]
     assert not row.allowed[:3, 3:].any()  # the context never sees a continuation
+
+
+def test_packed_batches_hold_at_most_batch_size_requests() -> None:
+    groups = [[0, 1, 2, 3], [4, 5], [6, 7], [8, 9, 10], [11, 12]]
+    assert list(scoring._chunks(groups, 4)) == [[groups[0]], [groups[1], groups[2]],
+                                                [groups[3]], [groups[4]]]  # fmt: skip
+    assert list(scoring._chunks(groups, 3)) == [[g] for g in groups]  # a larger group alone

@@ -19,7 +19,7 @@ implementation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,6 +144,19 @@ def _to(value: Any, device: Any) -> Any:
     return value.to(device)
 
 
+def _chunks(groups: list[list[int]], size: int) -> Iterator[list[list[int]]]:
+    """Consecutive groups holding at most `size` requests together (at least one group), so a
+    packed batch never holds more tokens than lm-eval's batch of `size` rows would."""
+    chunk: list[list[int]] = []
+    for group in groups:
+        if chunk and sum(map(len, chunk)) + len(group) > size:
+            yield chunk
+            chunk = []
+        chunk.append(group)
+    if chunk:
+        yield chunk
+
+
 class ContinuationLM(HFLM):
     """`HFLM` whose log-likelihood requests score only the continuation positions, the
     requests that share a context in one packed row (`share_contexts`)."""
@@ -170,8 +183,7 @@ class ContinuationLM(HFLM):
                 scored = continuation_logprobs(self.model, [rows[i] for i in chunk])
             self._record(requests, results, chunk, scored)
             bar.update(len(chunk))
-        for start in range(0, len(groups), size):
-            chunk = groups[start : start + size]
+        for chunk in _chunks(groups, size):
             packed = [pack(requests[g[0]][1], [requests[i][2] for i in g]) for g in chunk]
             with torch.no_grad():
                 scored = packed_logprobs(self.model, packed)
