@@ -49,8 +49,10 @@ def test_auto_dtype_is_bfloat16_only_where_it_is_native(monkeypatch, native) -> 
 
 
 def test_native_bfloat16_reads_the_cpu_flags(monkeypatch) -> None:
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert not load.native_bfloat16("cpu")
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    flags = {"avx512_f": True, "avx512_bf16": False, "amx_bf16": False}
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: dict(flags))
+    assert not load.native_bfloat16("cpu")  # AVX-512 alone emulates bfloat16 products
+    flags["amx_bf16"] = True
+    assert load.native_bfloat16("cpu")
+    flags.update(amx_bf16=False, avx512_bf16=True)
     assert load.native_bfloat16("cpu")
