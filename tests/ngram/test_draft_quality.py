@@ -64,17 +64,35 @@ def test_step_costs_and_predicted_speedup(target) -> None:
     costs = step_costs({"target": target, "draft": small}, cache_len=16, feeds=[1, 5], repeats=3)
     assert set(costs) == {"target", "draft"} and all(set(c) == {1, 5} for c in costs.values())
     assert all(ms > 0 for c in costs.values() for ms in c.values())
-    fake = {"target": {1: 10.0, 5: 20.0}, "draft": {1: 1.0}}
-    assert predicted_speedup(3.0, fake, k=4) == pytest.approx(3.0 * 10 / (4 * 1 + 20))
+    fake = {"target": {1: 10.0, 2: 12.0, 5: 20.0}, "draft": {1: 1.0}}
+    # 6 steps of 4 drafted tokens: the fixed-depth formula L·t_T(1) / (k·t_D(1) + t_T(k+1))
+    assert predicted_speedup(18, {"4": 6}, fake) == pytest.approx(3.0 * 10 / (4 * 1 + 20))
+    # steps of different depths each pay their own drafting and verification width
+    assert predicted_speedup(9, {"1": 2, "4": 3}, fake) == pytest.approx(
+        9 * 10 / (2 * (1 + 12) + 3 * (4 + 20))
+    )
 
 
-def test_draft_quality_reports_every_set_and_width(target, prompts) -> None:
+def test_a_cut_off_drafts_less_and_stays_greedy(target, prompts) -> None:
+    draft = tiny_llama(1, vocab=VOCAB, hidden=32, intermediate=64)
+    fixed = acceptance(target, draft, prompts, k=4, max_new_tokens=11, stops=[])
+    cut = acceptance(target, draft, prompts, k=4, max_new_tokens=11, stops=[], stop_below=0.5)
+    assert fixed["cutoff"] == 0.0 and cut["cutoff"] == 0.5
+    assert cut["drafted"] < fixed["drafted"] and cut["tokens"] == fixed["tokens"] == 3 * 11
+    for acc in (fixed, cut):
+        assert sum(acc["depths"].values()) == acc["steps"]
+        assert sum(int(d) * n for d, n in acc["depths"].items()) == acc["drafted"]
+    assert max(int(d) for d in fixed["depths"]) == 4
+
+
+def test_draft_quality_reports_every_set_cut_off_and_width(target, prompts) -> None:
     draft = tiny_llama(1, vocab=VOCAB, hidden=32, intermediate=64)
     sets = {"a": prompts[:2], "b": prompts[2:]}
     out = draft_quality(target, draft, sets, k=3, max_new_tokens=8, stops=[], cache_len=16,
-                        feeds=[1, 2], repeats=2)  # fmt: skip
-    assert set(out["sets"]) == {"a", "b"} and out["sets"]["b"]["prompts"] == 1
-    assert sorted(out["costs"]) == [1, 2, 4]  # k + 1 = 4 is always timed
+                        feeds=[1, 2], repeats=2, cutoffs=[0.0, 0.4])  # fmt: skip
+    assert set(out["sets"]) == {"a", "b"} and set(out["sets"]["a"]) == {"0", "0.4"}
+    assert out["sets"]["b"]["0"]["prompts"] == 1
+    assert sorted(out["costs"]) == [1, 2, 3, 4]  # every verification width up to k + 1
     row = out["costs"][1]
     assert row["ratio"] == pytest.approx(row["draft_ms"] / row["target_ms"])
-    assert out["sets"]["a"]["predicted_speedup"] > 0
+    assert all(r["predicted_speedup"] > 0 for s in out["sets"].values() for r in s.values())

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
+import torch
 from transformers import LlamaForCausalLM
 
 from kvspec.decoding.bench import ForwardCounter, run_benchmark
@@ -72,6 +75,61 @@ def test_sample_mode_variants_are_named_and_not_compared(setup, prompts):
     mark_divergence(setup.target, records, prompts)
     sampled = [r for r in records if r["method"].endswith("@sample")]
     assert sampled[0]["exact"] is None and len(sampled[0]["tokens"]) == NEW
+
+
+def test_a_draft_confidence_cut_off_keeps_sd_draft_exact_and_drafts_less(setup, prompts):
+    """sd_draft with spec.decode.draft_confidence, through the method the speed jobs build:
+    greedy tokens on every prompt, fewer drafted tokens than at a fixed depth."""
+    runs = {}
+    for cut in (0.0, 0.3):
+        cut_setup = replace(setup, decode=replace(setup.decode, draft_confidence=cut))
+        method = build_method("sd_draft", cut_setup)
+        runs[cut] = [method(ids) for _, ids in prompts]
+    for (_, ids), run in zip(prompts, runs[0.3], strict=True):
+        assert run.tokens == greedy_generate(setup.target, ids, NEW, [EOS])
+    drafted = {cut: sum(r.drafted for r in rs) for cut, rs in runs.items()}
+    steps = {cut: sum(r.steps for r in rs) for cut, rs in runs.items()}
+    assert 0 < drafted[0.3] < drafted[0.0] and drafted[0.3] >= steps[0.3] - len(prompts)
+
+
+def test_sampled_sd_draft_with_a_cut_off_keeps_the_target_law():
+    """sd_draft@sample with a confidence cut-off, built as the speed jobs build it: the first
+    three tokens over 2,000 seeds follow the target's law (chi-square), although drafts end
+    where the draft is unsure."""
+    from scipy.stats import chisquare
+
+    from kvspec.decoding.warp import warp
+    from kvspec.seeds import derive
+
+    vocab, prompt = 5, [1, 3, 2]
+    target, draft = (tiny_llama(s, vocab=vocab, hidden=16, intermediate=32, layers=1, double=True)
+                     for s in (3, 5))  # fmt: skip
+    with torch.no_grad():
+        target.lm_head.weight.mul_(8.0)
+        draft.lm_head.weight.mul_(6.0)
+    decode = DecodeSettings.defaults(k=4, draft_k=3, draft_confidence=0.6)
+    base = Setup(target, [], 3, decode, mode="sample", draft=draft)
+    counts = np.zeros((vocab,) * 3, dtype=np.int64)
+    drafted = {0.6: 0, 0.0: 0}
+    for c in range(2000):
+        run = build_method("sd_draft", replace(base, seed=derive(7, "law", c)))(prompt)
+        counts[tuple(run.tokens[:3])] += 1
+        drafted[0.6] += run.drafted if c < 300 else 0
+    fixed = replace(base, decode=replace(decode, draft_confidence=0.0))
+    for c in range(300):
+        method = build_method("sd_draft", replace(fixed, seed=derive(7, "law", c)))
+        drafted[0.0] += method(prompt).drafted
+    assert 0 < drafted[0.6] < 0.9 * drafted[0.0]  # the cut-off ended some drafts
+    law, prefixes = np.ones(1), [[]]
+    with torch.inference_mode():
+        for _ in range(3):
+            nxt = warp(target(torch.tensor([prompt + p for p in prefixes])).logits[:, -1]).numpy()
+            law = (law[:, None] * nxt).ravel()
+            prefixes = [p + [t] for p in prefixes for t in range(vocab)]
+    keep = law > 1e-12
+    assert counts.ravel()[~keep].sum() == 0
+    p = chisquare(counts.ravel()[keep], law[keep] / law[keep].sum() * counts.sum()).pvalue
+    assert p > 1e-3, p
 
 
 def test_forward_counter_counts_calls(setup):

@@ -1,4 +1,5 @@
-"""The draft-model table: one row per draft and prompt set, distillation stats when present."""
+"""The draft-model table: one row per draft, prompt set and confidence cut-off, distillation
+stats when present."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ def _quality(accept: dict[str, float]) -> dict:
     costs = {"1": {"target_ms": 60.0, "draft_ms": 6.0, "ratio": 0.1},
              "4": {"target_ms": 90.0, "draft_ms": 9.0, "ratio": 0.1},
              "5": {"target_ms": 100.0, "draft_ms": 10.0, "ratio": 0.1}}  # fmt: skip
-    sets = {
-        s: {"accept_len": a, "acceptance": 0.5, "predicted_speedup": 1.5} for s, a in accept.items()
-    }
+
+    def row(cut: float, a: float) -> dict:
+        return {"cutoff": cut, "accept_len": a, "acceptance": 0.5, "predicted_speedup": 1.5,
+                "drafted": 30, "steps": 10 if cut else 30 / 4}  # fmt: skip
+
+    sets = {s: {"0": row(0.0, a), "0.5": row(0.5, a - 0.1)} for s, a in accept.items()}
     return {"k": 4, "cache_len": 256, "costs": costs, "sets": sets,
             "parameters": {"target": 134_515_008, "draft": 16_000_000}}  # fmt: skip
 
@@ -54,10 +58,13 @@ def test_draft_table(tmp_path: Path) -> None:
         out,
     )
     df = pd.read_csv(out["csv"])
-    assert list(df["draft"]) == ["draft", "draft", "old", "old"]
-    assert list(df["set"]) == ["HumanEval", "General"] * 2
-    row = df.iloc[0]
+    assert list(df["draft"]) == ["draft"] * 4 + ["old"] * 4
+    assert list(df["set"]) == ["HumanEval", "HumanEval", "General", "General"] * 2
+    assert list(df["cutoff"]) == [0.0, 0.5] * 4
+    row, cut = df.iloc[0], df.iloc[1]
     assert row["accept_len"] == 2.0 and row["acceptance_%"] == 50.0 and row["cost_ratio_q5"] == 0.1
+    assert row["drafted_per_step"] == 4.0 and cut["drafted_per_step"] == 3.0
+    assert cut["accept_len"] == 1.9
     assert row["distil_seconds"] == 123.5 and row["val_match"] == pytest.approx(0.612)
-    assert pd.isna(df.iloc[2]["distil_seconds"])  # not distilled here
+    assert pd.isna(df.iloc[4]["distil_seconds"])  # not distilled here
     assert "predicted_speedup = " in Path(out["md"]).read_text()

@@ -71,7 +71,9 @@ def test_draft_distilled_from_the_target(ci_run: Path, ci_config: dict) -> None:
     assert draft_tok.get_vocab() == AutoTokenizer.from_pretrained(models / "target").get_vocab()
     quality = json.loads((ci_run / "results" / "draft_quality" / "draft.json").read_text())
     assert set(quality["sets"]) == set(ci_config["spec"]["drafts"]["sets"])
-    assert all(s["accept_len"] >= 1 for s in quality["sets"].values())
+    cutoffs = {f"{c:g}" for c in ci_config["spec"]["drafts"]["cutoffs"]}
+    assert all(set(s) == cutoffs for s in quality["sets"].values())
+    assert all(r["accept_len"] >= 1 for s in quality["sets"].values() for r in s.values())
 
 
 def test_corpus_excludes_evaluation_sets(ci_run: Path, ci_config: dict) -> None:

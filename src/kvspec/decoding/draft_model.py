@@ -28,6 +28,10 @@ class DraftModelDrafter:
     (`sample=True`, at `temperature` and `top_p`) report the distribution they were drawn
     from (`kvspec.decoding.warp.warp`).
     `q_format` is "tensor" for a (k, V) tensor or "dict" for sparse dicts.
+    `stop_below` > 0 ends a draft after the first token whose probability under the draft is
+    below it (transformers' `assistant_confidence_threshold`): the draft's own view of where
+    verification will likely fail, so it stops paying for tokens that are then rejected. The
+    decision reads only the draft's distribution, so verification keeps the target's law.
     """
 
     def __init__(
@@ -39,8 +43,12 @@ class DraftModelDrafter:
         q_format: str = "tensor",
         top_p: float = 1.0,
         report_confidence: bool = False,
+        stop_below: float = 0.0,
     ) -> None:
+        if not 0.0 <= stop_below < 1.0:
+            raise ValueError(f"stop_below must lie in [0, 1), got {stop_below}")
         self.model = model.eval()
+        self.stop_below = stop_below
         self.report_confidence = report_confidence  # top-1 probabilities (PipeInfer's cutoff)
         self.sample = sample
         self.temperature, self.top_p = temperature, top_p
@@ -63,11 +71,20 @@ class DraftModelDrafter:
             rows.append(probs)
             if self.report_confidence:
                 confidence.append(float(torch.softmax(logits.double(), -1).max()))
-            if i + 1 < k:
-                logits = self._feed([token])
+            if self._unsure(logits, probs, token) or i + 1 == k:
+                break
+            logits = self._feed([token])
         q = torch.stack(rows) if rows else torch.zeros(0, 0)  # (k, V)
         q_out = q if self.q_format == "tensor" else _rows_to_dicts(q)
         return Draft(tokens, q_out, 0, 0, confidence=confidence if self.report_confidence else None)
+
+    def _unsure(self, logits: torch.Tensor, probs: torch.Tensor, token: int) -> bool:
+        """Whether the draft gives `token` less than `stop_below` (greedy: the softmax of its
+        logits; sampled: the law it was drawn from)."""
+        if self.stop_below <= 0.0:
+            return False
+        p = probs[token] if self.sample else torch.softmax(logits.double(), -1)[token]
+        return float(p) < self.stop_below
 
     def _sync(self, ctx: list[int]) -> torch.Tensor:
         """Make the cache hold ctx[:-1] plus the fed tail; return logits after ctx."""

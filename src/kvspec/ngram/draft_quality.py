@@ -8,6 +8,9 @@ forward per drafted token) + t_T(k+1) (verification) where plain decoding pays L
 
     predicted speedup ≈ L·t_T(1) / (k·t_D(1) + t_T(k+1)).
 
+A draft that ends below a confidence cut-off (`stop_below`) drafts d ≤ k tokens in a step; the
+prediction then sums d·t_D(1) + t_T(d+1) over the steps it took.
+
 Times are medians of forwards interleaved model by model (a change in machine load hits
 both alike), after a discarded warm-up; on a shared CPU only their ratios mean much.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -90,11 +94,14 @@ def acceptance(
     k: int,
     max_new_tokens: int,
     stops: Sequence[int],
-) -> dict[str, float]:
+    stop_below: float = 0.0,
+) -> dict[str, Any]:
     """Greedy speculative decoding of every prompt with the draft: accepted length (tokens per
-    target forward), acceptance rate of drafted tokens, and where the time went."""
-    drafter = DraftModelDrafter(draft)
+    target forward), acceptance rate of drafted tokens, how many steps drafted d tokens
+    (`depths`), and where the time went."""
+    drafter = DraftModelDrafter(draft, stop_below=stop_below)
     sums = dict.fromkeys(("tokens", "steps", "drafted", "accepted"), 0)
+    depths: Counter[int] = Counter()
     secs = dict.fromkeys(("seconds", "draft_seconds", "verify_seconds"), 0.0)
     for _, ids in tqdm(prompts, desc="acceptance", unit="prompt", mininterval=10):
         t0 = time.perf_counter()
@@ -108,19 +115,26 @@ def acceptance(
         sums["steps"] += len(steps)
         sums["drafted"] += sum(s.drafted for s in steps)
         sums["accepted"] += sum(s.accepted for s in steps)
+        depths.update(s.drafted for s in steps)
     return {
         "prompts": len(prompts),
+        "cutoff": stop_below,
         **sums,
+        "depths": {str(d): n for d, n in sorted(depths.items())},
         "accept_len": sums["tokens"] / max(1, sums["steps"]),
         "acceptance": sums["accepted"] / max(1, sums["drafted"]),
         **secs,
     }
 
 
-def predicted_speedup(accept_len: float, costs: Mapping[str, Mapping[int, float]], k: int) -> float:
-    """L·t_T(1) / (k·t_D(1) + t_T(k+1)) from `step_costs` of "target" and "draft"."""
-    t, d = costs["target"], costs["draft"]
-    return accept_len * t[1] / (k * d[1] + t[k + 1])
+def predicted_speedup(
+    tokens: int, depths: Mapping[str, int], costs: Mapping[str, Mapping[int, float]]
+) -> float:
+    """tokens·t_T(1) / Σ over steps (d·t_D(1) + t_T(d+1)), d the tokens a step drafted
+    (`depths`: d -> steps), from `step_costs` of "target" and "draft"."""
+    t, dr = costs["target"], costs["draft"]
+    spent = sum(n * (int(d) * dr[1] + t[int(d) + 1]) for d, n in depths.items())
+    return tokens * t[1] / spent
 
 
 def draft_quality(
@@ -134,19 +148,25 @@ def draft_quality(
     cache_len: int,
     feeds: Sequence[int],
     repeats: int,
+    cutoffs: Sequence[float] = (0.0,),
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Per prompt set the draft's acceptance and predicted speedup; per q the two models'
-    forward times and their ratio (draft / target)."""
-    qs = sorted({1, *feeds, k + 1})
+    """Per prompt set and confidence cut-off (`"0"`, `"0.5"`, ...) the draft's acceptance and
+    predicted speedup; per q the two models' forward times and their ratio (draft / target);
+    every verification width 1 ... k + 1 is timed."""
+    qs = sorted({*feeds, *range(1, k + 2)})
     costs = step_costs(
         {"target": target, "draft": draft},
         cache_len=cache_len, feeds=qs, repeats=repeats, seed=seed,
     )  # fmt: skip
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for name, prompts in sets.items():
-        acc = acceptance(target, draft, prompts, k=k, max_new_tokens=max_new_tokens, stops=stops)
-        results[name] = {**acc, "predicted_speedup": predicted_speedup(acc["accept_len"], costs, k)}
+        results[name] = {}
+        for cut in cutoffs:
+            acc = acceptance(target, draft, prompts, k=k, max_new_tokens=max_new_tokens,
+                             stops=stops, stop_below=cut)  # fmt: skip
+            speedup = predicted_speedup(acc["tokens"], acc["depths"], costs)
+            results[name][f"{cut:g}"] = {**acc, "predicted_speedup": speedup}
     cost_rows = {
         q: {"target_ms": costs["target"][q], "draft_ms": costs["draft"][q],
             "ratio": costs["draft"][q] / costs["target"][q]}

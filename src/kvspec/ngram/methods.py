@@ -37,13 +37,14 @@ class DecodeSettings:
     prior_weight: float
     tree: Mapping[str, int]  # sd_draft_tree: depth, topk, total
     local_tree: Mapping[str, Any]  # sd_hybrid_*_tree: LocalTreeSettings fields
+    draft_confidence: float = 0.0  # a draft model's draft ends below this probability
 
     @classmethod
     def from_config(cls, decode: Mapping[str, Any]) -> DecodeSettings:
         adaptive = decode["adaptive"]
         return cls(decode["k"], decode["draft_k"], decode["confidence"], decode["min_match"],
                    adaptive["threshold"], adaptive["prior_weight"], dict(decode["tree"]),
-                   dict(decode["local_tree"]))  # fmt: skip
+                   dict(decode["local_tree"]), decode["draft_confidence"])  # fmt: skip
 
     @classmethod
     def defaults(cls, **overrides: Any) -> DecodeSettings:
@@ -213,7 +214,8 @@ def make_drafter(name: str, setup: Setup) -> tuple[Any, int]:
 
 def _draft_model(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
     drafter = DraftModelDrafter(_draft(name, setup), sample=setup.mode == "sample",
-                                seed=derive(setup.seed, "draft"))  # fmt: skip
+                                seed=derive(setup.seed, "draft"),
+                                stop_below=setup.decode.draft_confidence)  # fmt: skip
     return drafter, setup.decode.draft_k
 
 

@@ -279,7 +279,7 @@ def draft_quality_stage(
         name: bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
         for name, bench in sets.items()
     }
-    keys = ("k", "max_new_tokens", "cache_len", "feeds", "repeats")
+    keys = ("k", "max_new_tokens", "cache_len", "feeds", "repeats", "cutoffs")
     result = draft_quality(
         target, draft, prompts, stops=stop_ids(target, tokenizer), seed=seed,
         **{k: settings[k] for k in keys},

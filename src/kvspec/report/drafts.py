@@ -12,30 +12,34 @@ from kvspec.report.tables import write_table
 
 
 def quality_frame(item: dict[str, Any]) -> pd.DataFrame:
-    """One row per draft and prompt set: size, distillation, acceptance, cost ratios."""
+    """One row per draft, prompt set and confidence cut-off: size, distillation, acceptance,
+    drafted tokens per step, cost ratios."""
     rows = []
     for r in item["rows"]:
         q = read_json(r["quality"])
         stats = read_json(r["stats"]) if r["stats"] else {}
         k, costs = q["k"], q["costs"]
-        for name, acc in q["sets"].items():
-            rows.append({
-                "draft": r["model"],
-                "target": r["target"],
-                "set": item["labels"].get(name, name),
-                "draft_params_M": round(q["parameters"]["draft"] / 1e6, 2),
-                "target_params_M": round(q["parameters"]["target"] / 1e6, 2),
-                "draft_vocab": stats.get("vocabulary"),
-                "distil_seconds": _round(stats.get("train_seconds_this_run"), 1),
-                "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
-                "val_match": _round(stats.get("final", {}).get("val_match"), 3),
-                "val_alpha": _round(stats.get("final", {}).get("val_alpha"), 3),
-                "accept_len": round(acc["accept_len"], 3),
-                "acceptance_%": round(100 * acc["acceptance"], 1),
-                "cost_ratio_q1": round(costs["1"]["ratio"], 3),
-                f"cost_ratio_q{k + 1}": round(costs[str(k + 1)]["ratio"], 3),
-                "predicted_speedup": round(acc["predicted_speedup"], 2),
-            })  # fmt: skip
+        for name, by_cut in q["sets"].items():
+            for acc in by_cut.values():
+                rows.append({
+                    "draft": r["model"],
+                    "target": r["target"],
+                    "set": item["labels"].get(name, name),
+                    "draft_params_M": round(q["parameters"]["draft"] / 1e6, 2),
+                    "target_params_M": round(q["parameters"]["target"] / 1e6, 2),
+                    "draft_vocab": stats.get("vocabulary"),
+                    "distil_seconds": _round(stats.get("train_seconds_this_run"), 1),
+                    "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
+                    "val_match": _round(stats.get("final", {}).get("val_match"), 3),
+                    "val_alpha": _round(stats.get("final", {}).get("val_alpha"), 3),
+                    "cutoff": acc["cutoff"],
+                    "drafted_per_step": round(acc["drafted"] / max(1, acc["steps"]), 2),
+                    "accept_len": round(acc["accept_len"], 3),
+                    "acceptance_%": round(100 * acc["acceptance"], 1),
+                    "cost_ratio_q1": round(costs["1"]["ratio"], 3),
+                    f"cost_ratio_q{k + 1}": round(costs[str(k + 1)]["ratio"], 3),
+                    "predicted_speedup": round(acc["predicted_speedup"], 2),
+                })  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -50,9 +54,12 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, st
     notes = [
         f"Greedy verification, draft depth k = {first['k']}; accept_len = tokens per target "
         "forward (bonus token included); acceptance = accepted / drafted tokens.",
+        "cutoff: a draft ends after a token the draft gives less than this probability "
+        "(0: k tokens every step); drafted_per_step = drafted tokens / target forwards.",
         f"cost_ratio_qN = draft / target time of one forward feeding N tokens after a "
         f"{first['cache_len']}-token cache (medians, interleaved, same process).",
-        "predicted_speedup = accept_len·t_T(1) / (k·t_D(1) + t_T(k+1)).",
+        "predicted_speedup = tokens·t_T(1) / Σ over steps (d·t_D(1) + t_T(d+1)), d = tokens "
+        "the step drafted (k·t_D(1) + t_T(k+1) per step without a cut-off).",
         "val_match = share of held-out training-sequence tokens where the draft's argmax is "
         "the teacher's greedy token; val_alpha = Σ min(p_T, q) over the teacher's top-k "
         "tokens there (a lower bound of speculative sampling's α at T = 1); draft_vocab = "
