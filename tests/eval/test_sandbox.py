@@ -24,10 +24,16 @@ needs_netns = pytest.mark.skipif(not ISO.netns, reason="network namespaces unava
 _baseline: set[int] = set()
 
 
-def run(source: str, **kwargs: float) -> RunResult:
-    """run_program on dedented source; remembers our children beforehand for `leftovers`."""
+def remember_children() -> None:
+    """Our live descendants now: `leftovers` counts only processes started after this (under
+    pytest-xdist other tests' lingering helpers, e.g. compiler workers, are not the sandbox's)."""
     _baseline.clear()
     _baseline.update(p.pid for p in psutil.Process().children(recursive=True))
+
+
+def run(source: str, **kwargs: float) -> RunResult:
+    """run_program on dedented source; remembers our children beforehand for `leftovers`."""
+    remember_children()
     return run_program(textwrap.dedent(source), **kwargs)
 
 
@@ -37,6 +43,13 @@ def leftovers(result: RunResult) -> list[psutil.Process]:
     if result.uid is None:
         return new
     return new + [p for p in psutil.process_iter() if _real_uid(p) == result.uid]
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.name()} uid {proc.uids().real} {proc.status()} {proc.cmdline()[:4]}"
+    except psutil.Error as err:
+        return repr(err)
 
 
 def _real_uid(proc: psutil.Process) -> int | None:
@@ -111,11 +124,13 @@ def test_fork_bomb_does_not_disturb_concurrent_runs() -> None:
     """Each run has its own uid, so one program's process limit is not another's."""
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     sources = [bomb] + [f"import os\nprint(os.fork() and {i})" for i in range(6)]
+    remember_children()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda src: run_program(src, timeout_s=2.0), sources))
     assert results[0].status == "timeout"
     assert all(r.status == "passed" for r in results[1:]), results[1:]
-    assert not any(leftovers(r) for r in results)
+    left = [p for r in results for p in leftovers(r)]
+    assert not left, [(p.pid, _describe(p)) for p in left]
 
 
 def test_daemon_that_escapes_the_session_is_killed() -> None:
