@@ -18,29 +18,44 @@ def quality_frame(item: dict[str, Any]) -> pd.DataFrame:
     for r in item["rows"]:
         q = read_json(r["quality"])
         stats = read_json(r["stats"]) if r["stats"] else {}
-        k, costs = q["k"], q["costs"]
         for name, by_cut in q["sets"].items():
-            for acc in by_cut.values():
-                rows.append({
-                    "draft": r["model"],
-                    "target": r["target"],
-                    "set": item["labels"].get(name, name),
-                    "draft_params_M": round(q["parameters"]["draft"] / 1e6, 2),
-                    "target_params_M": round(q["parameters"]["target"] / 1e6, 2),
-                    "draft_vocab": stats.get("vocabulary"),
-                    "distil_seconds": _round(stats.get("train_seconds_this_run"), 1),
-                    "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
-                    "val_match": _round(stats.get("final", {}).get("val_match"), 3),
-                    "val_alpha": _round(stats.get("final", {}).get("val_alpha"), 3),
-                    "cutoff": acc["cutoff"],
-                    "drafted_per_step": round(acc["drafted"] / max(1, acc["steps"]), 2),
-                    "accept_len": round(acc["accept_len"], 3),
-                    "acceptance_%": round(100 * acc["acceptance"], 1),
-                    "cost_ratio_q1": round(costs["1"]["ratio"], 3),
-                    f"cost_ratio_q{k + 1}": round(costs[str(k + 1)]["ratio"], 3),
-                    "predicted_speedup": round(acc["predicted_speedup"], 2),
-                })  # fmt: skip
+            label = item["labels"].get(name, name)
+            rows += [{**_draft_columns(r, q, stats, label), **_run_columns(q, acc)}
+                     for acc in by_cut.values()]  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _draft_columns(
+    r: dict[str, Any], q: dict[str, Any], stats: dict[str, Any], label: str
+) -> dict[str, Any]:
+    """The draft's size and distillation (the same on each of its rows)."""
+    final = stats.get("final", {})
+    return {
+        "draft": r["model"],
+        "target": r["target"],
+        "set": label,
+        "draft_params_M": round(q["parameters"]["draft"] / 1e6, 2),
+        "target_params_M": round(q["parameters"]["target"] / 1e6, 2),
+        "draft_vocab": stats.get("vocabulary"),
+        "distil_seconds": _round(stats.get("train_seconds_this_run"), 1),
+        "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
+        "val_match": _round(final.get("val_match"), 3),
+        "val_alpha": _round(final.get("val_alpha"), 3),
+    }
+
+
+def _run_columns(q: dict[str, Any], acc: dict[str, Any]) -> dict[str, Any]:
+    """One set at one cut-off: acceptance, drafted tokens per step, costs, prediction."""
+    k, costs = q["k"], q["costs"]
+    return {
+        "cutoff": acc["cutoff"],
+        "drafted_per_step": round(acc["drafted"] / max(1, acc["steps"]), 2),
+        "accept_len": round(acc["accept_len"], 3),
+        "acceptance_%": round(100 * acc["acceptance"], 1),
+        "cost_ratio_q1": round(costs["1"]["ratio"], 3),
+        f"cost_ratio_q{k + 1}": round(costs[str(k + 1)]["ratio"], 3),
+        "predicted_speedup": round(acc["predicted_speedup"], 2),
+    }
 
 
 def _round(value: float | None, digits: int) -> float | None:
