@@ -5,6 +5,8 @@ decodes every method of the speed benchmark exactly like its own greedy decoding
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -122,6 +124,42 @@ def test_the_engine_refuses_what_it_cannot_run() -> None:
     with pytest.raises(RuntimeError, match="float32 CPU inputs"):
         layer = packed.pack_linears(torch.nn.Linear(4, 4), "packed")
         layer(torch.zeros(1, 4, dtype=torch.float64))
+
+
+def test_packing_makes_several_positions_attend_grouped_without_copies(monkeypatch) -> None:
+    """After packing, a forward of several positions (a verification step, causal mask) hands
+    SDPA the KV heads as grouped-query attention instead of copying them per query head
+    (repeat_kv), and its logits are bit-identical to the copying path's."""
+    from transformers import DynamicCache
+    from transformers.integrations import sdpa_attention
+
+    model = tiny_llama(3, vocab=64, hidden=32, intermediate=64, double=False)  # 4 heads, 2 KV
+    context, fed = torch.arange(1, 20).view(1, -1), torch.tensor([[5, 9, 2, 7]])
+
+    def logits() -> torch.Tensor:
+        cache = DynamicCache()
+        with torch.inference_mode():
+            model(input_ids=context, past_key_values=cache, use_cache=True)
+            return model(input_ids=fed, past_key_values=cache, use_cache=True).logits
+
+    monkeypatch.delenv(packed.NATIVE_GQA[0], raising=False)
+    copies = []
+    original = sdpa_attention.repeat_kv
+    monkeypatch.setattr(
+        sdpa_attention, "repeat_kv", lambda h, n: copies.append(n) or original(h, n)
+    )
+    before = logits()
+    assert copies  # transformers copies the KV heads by default
+    packed.pack_linears(model, "packed")
+    assert os.environ[packed.NATIVE_GQA[0]] == packed.NATIVE_GQA[1]
+    copies.clear()
+    monkeypatch.setenv(packed.NATIVE_GQA[0], "0")  # the linear layers packed, attention as before
+    copying = logits()
+    monkeypatch.setenv(packed.NATIVE_GQA[0], "1")
+    n_copies, grouped = len(copies), logits()
+    assert n_copies and len(copies) == n_copies  # no copy with the engine's setting
+    assert torch.equal(grouped, copying)
+    assert torch.allclose(grouped, before, atol=1e-4)
 
 
 VOCAB, EOS, NEW = 128, 127, 12
