@@ -383,10 +383,12 @@ def _acceptance(config: Mapping[str, Any], wildcards: Any) -> Need:
 
 
 def _draft_quality(config: Mapping[str, Any], wildcards: Any) -> Need:
-    """A draft and its target timed side by side on the draft's prompt sets."""
+    """A draft and its target timed side by side on the draft's prompt sets, decoded once per
+    confidence cut-off; forwards timed at every width in `feeds` and 1 ... k + 1."""
     teacher = config["models"][wildcards.model]["distil"]["teacher"]
     card, d = card_of(config, teacher), config["spec"]["drafts"]
-    steps = 100 * d["max_new_tokens"] + d["repeats"] * len(d["feeds"]) * 10
+    widths = {*d["feeds"], *range(1, d["k"] + 2)}
+    steps = 100 * d["max_new_tokens"] * len(d["cutoffs"]) + d["repeats"] * len(widths) * 10
     return inference(card, _dtype(config), batch=1, context=d["cache_len"] + d["max_new_tokens"],
                      decode_steps=steps)  # fmt: skip
 
