@@ -37,7 +37,7 @@ class DecodeSettings:
     prior_weight: float
     tree: Mapping[str, int]  # sd_draft_tree: depth, topk, total
     local_tree: Mapping[str, Any]  # sd_hybrid_*_tree: LocalTreeSettings fields
-    draft_confidence: float = 0.0  # a draft model's draft ends below this probability
+    draft_confidence: float  # a draft model's draft ends below this probability
 
     @classmethod
     def from_config(cls, decode: Mapping[str, Any]) -> DecodeSettings:
