@@ -12,6 +12,7 @@ from kvspec.decoding.loop import greedy_generate
 from kvspec.ngram.drafters import (
     InfiniGramDrafter,
     PromptLookupDrafter,
+    RequestSuffixDrafter,
     greedy_token,
     ntd_counts,
     sequential_infgram_draft,
@@ -230,6 +231,64 @@ def test_prompt_lookup_equals_hugging_face_candidates():
         assert drafter.propose(ctx, k).tokens == ids[0, len(ctx) :].tolist()
         drafted += ids.shape[1] > len(ctx)
     assert drafted > 100
+
+
+def _suffix_reference(ctx: list[int], k: int, max_match: int) -> tuple[int, list[int]]:
+    """(match length, draft) by brute force: the longest suffix (<= max_match) that also ends
+    at an earlier position with a continuation, then majority votes over the occurrences that
+    still agree, a tie going to the continuation seen first."""
+    last = len(ctx) - 1
+    best = 0
+    for n in range(1, min(max_match, last) + 1):
+        if any(ctx[e - n + 1 : e + 1] == ctx[last - n + 1 :] for e in range(n - 1, last)):
+            best = n
+        else:
+            break
+    if not best:
+        return 0, []
+    tail = ctx[last - best + 1 :]
+    alive = [e for e in range(best - 1, last) if ctx[e - best + 1 : e + 1] == tail]
+    draft: list[int] = []
+    for j in range(1, k + 1):
+        alive = [e for e in alive if e + j < len(ctx)]
+        if not alive:
+            break
+        votes = [ctx[e + j] for e in alive]
+        pick = max(dict.fromkeys(votes), key=votes.count)
+        draft.append(pick)
+        alive = [e for e in alive if ctx[e + j] == pick]
+    return best, draft
+
+
+def test_request_suffix_drafter_follows_the_longest_earlier_match():
+    context = [2, 3, 4, 6, 1, 2, 3, 4, 5, 7, 1, 2, 3, 4]
+    draft = RequestSuffixDrafter().propose(context, 3)
+    assert draft.tokens == [5, 7, 1]  # after [1, 2, 3, 4]; prompt lookup's [3, 4] gives 6
+    assert PromptLookupDrafter().propose(context, 3).tokens == [6, 1, 2]
+    assert (draft.match_len, draft.match_count, draft.lengths) == (4, 1, [4, 4, 4])
+    assert draft.q == [{5: 1.0}, {7: 1.0}, {1: 1.0}]
+    votes = RequestSuffixDrafter().propose([8, 9, 2, 5, 8, 9, 1, 6, 8, 9, 1, 7, 8, 9], 3)
+    assert votes.tokens == [1, 6, 8]  # 1 wins 2 to 1; then a tie goes to the earlier 6
+    assert votes.dists == [{2: 1 / 3, 1: 2 / 3}, {6: 1 / 3, 7: 1 / 3}, {8: 1 / 3}]
+    short = [8, 9, 1, 8, 9]  # its longest earlier suffix has 2 tokens
+    assert RequestSuffixDrafter(min_match=3).propose(short, 2).tokens == []
+    assert RequestSuffixDrafter().propose(short, 2).tokens == [1, 8]
+    assert RequestSuffixDrafter().propose([1, 2, 3], 4).tokens == []
+    with pytest.raises(ValueError, match="min_match"):
+        RequestSuffixDrafter(max_match=2, min_match=3)
+
+
+def test_request_suffix_drafter_equals_a_brute_force_search():
+    rng = np.random.default_rng(7)
+    drafted = 0
+    for _ in range(300):
+        ctx = rng.integers(0, 4, rng.integers(2, 40)).tolist()
+        k, max_match = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        n, want = _suffix_reference(ctx, k, max_match)
+        draft = RequestSuffixDrafter(max_match=max_match).propose(ctx, k)
+        assert (draft.match_len, draft.tokens) == (n, want), (ctx, k, max_match)
+        drafted += bool(want)
+    assert drafted > 200
 
 
 def _tiny_llama(seed: int) -> LlamaForCausalLM:

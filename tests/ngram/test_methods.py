@@ -13,11 +13,13 @@ from kvspec.decoding.bench import ForwardCounter, run_benchmark
 from kvspec.decoding.bench_summary import mark_divergence, summarize
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.prompts import bench_prompts
+from kvspec.ngram.drafters import PromptLookupDrafter, RequestSuffixDrafter
 from kvspec.ngram.methods import (
     DecodeSettings,
     Setup,
     benchmark_methods,
     build_method,
+    make_drafter,
     open_engines,
 )
 from kvspec.ngram.registry import METHODS
@@ -90,6 +92,23 @@ def test_a_draft_confidence_cut_off_keeps_sd_draft_exact_and_drafts_less(setup, 
     drafted = {cut: sum(r.drafted for r in rs) for cut, rs in runs.items()}
     steps = {cut: sum(r.steps for r in rs) for cut, rs in runs.items()}
     assert 0 < drafted[0.3] < drafted[0.0] and drafted[0.3] >= steps[0.3] - len(prompts)
+
+
+@pytest.mark.parametrize(
+    ("local", "kind"), [("suffix", RequestSuffixDrafter), ("prompt_lookup", PromptLookupDrafter)]
+)
+def test_hybrid_local_drafter_and_longest_draft_come_from_the_config(setup, prompts, local, kind):
+    """spec.decode.adaptive.local picks the hybrid's request-local drafter and adaptive.k its
+    longest draft; through the speed jobs' entry point the tokens stay greedy's."""
+    for adaptive_k in (1, 6):
+        decode = replace(setup.decode, local=local, adaptive_k=adaptive_k)
+        drafter, k = make_drafter("sd_hybrid_target", replace(setup, decode=decode))
+        assert k == adaptive_k and isinstance(drafter.drafters["local"], kind)
+        method = build_method("sd_hybrid_target", replace(setup, decode=decode))
+        runs = [method(ids) for _, ids in prompts]
+        for (_, ids), run in zip(prompts, runs, strict=True):
+            assert run.tokens == greedy_generate(setup.target, ids, NEW, [EOS])
+        assert sum(r.drafted for r in runs) <= adaptive_k * sum(r.steps for r in runs)
 
 
 def test_sampled_sd_draft_with_a_cut_off_keeps_the_target_law():

@@ -82,7 +82,7 @@ def measure(
 def _ngram(name: str, setup: Any) -> Factory:
     from kvspec.ngram.methods import make_drafter
 
-    return (lambda: make_drafter(name, setup)[0]), setup.decode.k
+    return (lambda: make_drafter(name, setup)[0]), make_drafter(name, setup)[1]  # its own depth
 
 
 def _head(head: torch.nn.Module, kind: str, target: torch.nn.Module, k: int) -> Factory:

@@ -19,6 +19,7 @@ is used.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,7 +34,7 @@ Bin = tuple[str, int, int]  # (source, length bin, confidence bin)
 
 
 def _bin(edges: Sequence[float], value: float) -> int:
-    return int(np.searchsorted(edges, value, side="right")) - 1
+    return bisect.bisect_right(edges, value) - 1
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """N-gram drafters: infini-gram's inf_nkt over a suffix-array index of earlier text, and
-prompt lookup over the request itself (thesis ch. 4)."""
+two over the request itself: prompt lookup and the longest earlier suffix (thesis ch. 4)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,7 @@ import numpy as np
 from kvspec.decoding.drafts import Dist, Draft, one_hot
 from kvspec.ngram import suffix_array as sa
 from kvspec.ngram.index import CheckedEngine
+from kvspec.ngram.local_tree import earlier_matches
 
 
 def greedy_token(counts: dict[int, int] | dict[int, float]) -> int:
@@ -266,9 +268,15 @@ class InfiniGramDrafter:
 
 
 def _column_dist(column: np.ndarray) -> Dist:
-    """Empirical distribution of one column of continuations."""
+    """Empirical distribution of one column of continuations, in ascending token order."""
+    if len(column) <= _SMALL:  # most columns: counting in Python beats np.unique's sort
+        counts = Counter(column.tolist())
+        return {int(t): counts[t] / len(column) for t in sorted(counts)}
     ids, counts = np.unique(column, return_counts=True)
     return {int(t): int(c) / len(column) for t, c in zip(ids, counts, strict=True)}
+
+
+_SMALL = 256
 
 
 # ---------------------------------------------------------------- prompt lookup
@@ -300,6 +308,46 @@ class PromptLookupDrafter:
                 tokens = ctx[begin : begin + k].tolist()
                 return Draft(tokens, one_hot(tokens), n, len(starts), lengths=[n] * len(tokens))
         return Draft([], [], 0, 0)
+
+
+class RequestSuffixDrafter:
+    """Copy what most often followed the longest earlier occurrence of the context's suffix.
+
+    The request-local counterpart of inf_nkt (SuffixDecoding's per-request tree, as a chain):
+    finds the longest suffix of the context, up to `max_match` tokens, that also ends at
+    earlier positions of the context, then follows those occurrences token by token, each
+    time taking the continuation most of the surviving ones share (a tie goes to the one
+    that occurs first) and keeping only the occurrences that continue with it. Each token's
+    `dists` entry is the share of all occurrences continuing through it, so a draft's
+    confidence falls where the occurrences disagree; `lengths` is the match length.
+    Nothing is drafted when the suffix matched fewer than `min_match` tokens.
+    """
+
+    def __init__(self, max_match: int = 32, min_match: int = 1) -> None:
+        if not 1 <= min_match <= max_match:
+            raise ValueError(f"need 1 <= min_match <= max_match, got {min_match}, {max_match}")
+        self.max_match, self.min_match = max_match, min_match
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        """Draft up to k tokens continuing the context's longest earlier suffix."""
+        ctx = np.asarray([int(t) for t in context], dtype=np.int64)
+        n, ends = earlier_matches(ctx, self.max_match)
+        if n < self.min_match or k <= 0:
+            return Draft([], [], n, len(ends), [], [])
+        tokens: list[int] = []
+        dists: list[Dist] = []
+        alive = ends  # occurrences still agreeing with the draft, ascending
+        for j in range(1, k + 1):
+            alive = alive[alive + j < len(ctx)]
+            if not len(alive):
+                break
+            following = ctx[alive + j]
+            counts = Counter(following.tolist())  # first occurrence first
+            pick = max(counts, key=counts.__getitem__)  # the earliest of the most frequent
+            tokens.append(int(pick))
+            dists.append({int(t): c / len(ends) for t, c in counts.items()})
+            alive = alive[following == pick]
+        return Draft(tokens, one_hot(tokens), n, len(ends), dists, [n] * len(tokens))
 
 
 def _ngram_starts(ctx: np.ndarray, n: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from kvspec.decoding.loop import greedy_generate, speculative_generate, truncate
 from kvspec.decoding.tree import tree_generate
 from kvspec.io import read_json
 from kvspec.ngram.adaptive import AdaptiveDrafter, Calibration
-from kvspec.ngram.drafters import InfiniGramDrafter, PromptLookupDrafter
+from kvspec.ngram.drafters import InfiniGramDrafter, PromptLookupDrafter, RequestSuffixDrafter
 from kvspec.ngram.index import open_engine
 from kvspec.ngram.local_tree import HybridTreeDrafter, LocalTreeSettings
 from kvspec.ngram.registry import MethodDecl, method
@@ -27,7 +27,8 @@ from kvspec.seeds import derive
 @dataclass(frozen=True)
 class DecodeSettings:
     """The config's `spec.decode` block (its defaults live in the schema): draft depths, the
-    n-gram cut-offs, the adaptive depth's threshold and prior weight, and the tree shapes."""
+    n-gram cut-offs, the adaptive depth's threshold, prior weight, longest draft and
+    request-local drafter, and the tree shapes."""
 
     k: int  # n-gram and prompt-lookup draft depth
     draft_k: int  # draft-model draft depth
@@ -35,6 +36,8 @@ class DecodeSettings:
     min_match: int
     threshold: float
     prior_weight: float
+    adaptive_k: int  # most tokens an adaptive draft (and SuffixDecoding's) may hold
+    local: str  # the hybrid's request-local drafter: "suffix" or "prompt_lookup"
     tree: Mapping[str, int]  # sd_draft_tree: depth, topk, total
     local_tree: Mapping[str, Any]  # sd_hybrid_*_tree: LocalTreeSettings fields
     draft_confidence: float  # a draft model's draft ends below this probability
@@ -43,8 +46,9 @@ class DecodeSettings:
     def from_config(cls, decode: Mapping[str, Any]) -> DecodeSettings:
         adaptive = decode["adaptive"]
         return cls(decode["k"], decode["draft_k"], decode["confidence"], decode["min_match"],
-                   adaptive["threshold"], adaptive["prior_weight"], dict(decode["tree"]),
-                   dict(decode["local_tree"]), decode["draft_confidence"])  # fmt: skip
+                   adaptive["threshold"], adaptive["prior_weight"], adaptive["k"],
+                   adaptive["local"], dict(decode["tree"]), dict(decode["local_tree"]),
+                   decode["draft_confidence"])  # fmt: skip
 
     @classmethod
     def defaults(cls, **overrides: Any) -> DecodeSettings:
@@ -221,19 +225,30 @@ def _draft_model(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
 
 def _prompt_lookup(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
     lookup = PromptLookupDrafter()
-    return (_adaptive({"local": lookup}, setup, None) if decl.adaptive else lookup), setup.decode.k
+    if not decl.adaptive:
+        return lookup, setup.decode.k
+    return _adaptive({"local": lookup}, setup, None), setup.decode.adaptive_k
 
 
 def _infgram(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
     ngram = _ngram_drafter(name, decl, setup)
     if not decl.adaptive:
         return ngram, setup.decode.k
-    return _adaptive({"index": ngram}, setup, setup.calibrations.get(decl.index)), setup.decode.k
+    rows = setup.calibrations.get(decl.index)
+    return _adaptive({"index": ngram}, setup, rows), setup.decode.adaptive_k
 
 
 def _hybrid(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
-    drafters = {"local": PromptLookupDrafter(), "index": _ngram_drafter(name, decl, setup)}
-    return _adaptive(drafters, setup, setup.calibrations.get(decl.index)), setup.decode.k
+    """The request-local drafter and the index, the better expected draft each step."""
+    drafters = {"local": LOCAL_DRAFTERS[setup.decode.local](),
+                "index": _ngram_drafter(name, decl, setup)}  # fmt: skip
+    return _adaptive(drafters, setup, setup.calibrations.get(decl.index)), setup.decode.adaptive_k
+
+
+# the hybrid's request-local part (spec.decode.adaptive.local)
+LOCAL_DRAFTERS: dict[str, Callable[[], Any]] = {
+    "suffix": RequestSuffixDrafter, "prompt_lookup": PromptLookupDrafter,
+}  # fmt: skip
 
 
 CHAIN_DRAFTERS = {"draft": _draft_model, "prompt_lookup": _prompt_lookup, "infgram": _infgram,
@@ -277,12 +292,13 @@ def _hybrid_tree(name: str, decl: MethodDecl, setup: Setup) -> Any:
 
 
 def _suffix_decoding(name: str, decl: MethodDecl, setup: Setup) -> Any:
-    """Arctic Inference's suffix trees over the target-response corpus and the request."""
+    """Arctic Inference's suffix trees over the target-response corpus and the request; it
+    decides its own depth, so it may draft as many tokens as our adaptive drafters."""
     if setup.arctic_suffix is None:
         raise ValueError(f"{name} needs the arctic_suffix build directory")
     from kvspec.ngram.suffix_peer import ArcticSuffixDrafter
 
-    return ArcticSuffixDrafter(setup.arctic_suffix, setup.corpus, setup.decode.k)
+    return ArcticSuffixDrafter(setup.arctic_suffix, setup.corpus, setup.decode.adaptive_k)
 
 
 TREE_DRAFTERS = {"draft": _draft_tree, "hybrid": _hybrid_tree,
