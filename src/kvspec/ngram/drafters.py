@@ -267,6 +267,9 @@ class InfiniGramDrafter:
         return False
 
 
+_SMALL = 256  # columns up to this long are counted in Python
+
+
 def _column_dist(column: np.ndarray) -> Dist:
     """Empirical distribution of one column of continuations, in ascending token order."""
     if len(column) <= _SMALL:  # most columns: counting in Python beats np.unique's sort
@@ -274,9 +277,6 @@ def _column_dist(column: np.ndarray) -> Dist:
         return {int(t): counts[t] / len(column) for t in sorted(counts)}
     ids, counts = np.unique(column, return_counts=True)
     return {int(t): int(c) / len(column) for t, c in zip(ids, counts, strict=True)}
-
-
-_SMALL = 256
 
 
 # ---------------------------------------------------------------- prompt lookup

@@ -1,0 +1,160 @@
+"""Score n-gram drafting policies on held-out prompts by replaying the target's greedy outputs.
+
+    python -m kvspec.ngram.replay_cli [--config config/config.yaml] [--humaneval 3:40]
+        [--splits general python alpaca] [--methods sd_hybrid_target sd_suffix_decoding]
+        [--decode adaptive.k=8 adaptive.local=prompt_lookup]
+
+Run in a finished workflow directory (it reads the speed jobs' inputs under `results/`: the
+target, its indexes and acceptance rows, the suffix-tree build). Greedy outputs come from the
+held-out target responses the workflow recorded (`--splits`) and from HumanEval prompts
+decoded here (`--humaneval a:b`; the Table 4.7 benchmark uses the first three). The
+verification cost of 1 … k + 1 positions is measured once on the target, then every method
+is replayed with the config's `spec.decode` block, changed by `--decode key=value`
+(`kvspec.ngram.replay`). Prints accepted length, drafted tokens and draft time per step and
+the predicted speed-up over greedy per set. A prediction for choosing knobs; the speed
+benchmark (`specdecode_speed`) measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import types
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvspec.config import validate
+from kvspec.data.records import read_jsonl
+from kvspec.decoding.generate import stop_ids
+from kvspec.decoding.loop import greedy_generate
+from kvspec.decoding.prompts import bench_prompts
+from kvspec.decoding.verify_cost import verify_costs
+from kvspec.io import read_rows
+from kvspec.models.load import load_model, use_threads
+from kvspec.ngram.methods import (
+    TREE_DRAFTERS,
+    DecodeSettings,
+    Setup,
+    input_indexes,
+    make_drafter,
+    open_engines,
+)
+from kvspec.ngram.registry import method
+from kvspec.ngram.replay import replay
+from kvspec.ngram.stages import _suffix_corpus
+from kvspec.plan import Plan
+
+REPO = Path(__file__).resolve().parents[3]
+Runs = list[tuple[list[int], list[int]]]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--config", type=Path, default=REPO / "config/config.yaml")
+    ap.add_argument("--model", default="target")
+    ap.add_argument("--humaneval", default="3:40", help="HumanEval prompts a:b decoded here")
+    ap.add_argument("--splits", nargs="*", default=["general", "python", "alpaca"])
+    ap.add_argument("--methods", nargs="+", default=["sd_hybrid_target", "sd_suffix_decoding"])
+    ap.add_argument("--decode", nargs="*", default=[], help="spec.decode changes, key=value")
+    args = ap.parse_args(argv)
+
+    config = _config(args.config)
+    inputs = Plan(config, REPO).spec.speed_inputs(
+        types.SimpleNamespace(model=args.model, bench="humaneval")
+    )
+    res = config["resources"]
+    use_threads(res["threads"])
+    target, tokenizer = load_model(inputs["model"], dtype=res["dtype"], device="cpu",
+                                   linear=res["linear"])  # fmt: skip
+    decode = _changed(config["spec"]["decode"], args.decode)
+    settings = DecodeSettings.from_config(decode)
+    sets = _held_out(inputs["responses"], args.splits)
+    sets = {**_humaneval(target, tokenizer, inputs["prompts"], args.humaneval, config), **sets}
+    widest = max(settings.k, settings.adaptive_k, settings.local_tree["index_k"]) + 1
+    context = next(iter(sets.values()))[0]
+    costs = verify_costs(target, [*context[0], *context[1][:64]], range(1, widest + 1))
+    print("verification cost (x one position): "
+          + ", ".join(f"{q}: {t / costs[1]:.2f}" for q, t in costs.items()))  # fmt: skip
+    setup = _setup(target, tokenizer, settings, inputs, config["spec"]["index"]["max_support"])
+    for name, runs in sets.items():
+        for m in args.methods:
+            r = _replay(m, setup, runs, costs)
+            print(f"{name:14s} {m:28s} accepted length {r.accept_len:.2f}  drafted "
+                  f"{r.drafted / r.steps:.2f}  draft {1e3 * r.draft_seconds / r.steps:.2f} ms"
+                  f"  predicted {r.speedup:.3f}x greedy  ({len(runs)} outputs)")  # fmt: skip
+
+
+def _config(path: Path) -> dict[str, Any]:
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    return validate(yaml.safe_load(path.read_text()), schema)
+
+
+def _changed(decode: dict[str, Any], changes: list[str]) -> dict[str, Any]:
+    """`decode` with dotted `key=value` changes (values parsed as YAML)."""
+    out = copy.deepcopy(decode)
+    for change in changes:
+        key, sep, value = change.partition("=")
+        if not sep:
+            raise SystemExit(f"--decode takes key=value, got {change!r}")
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node[part]
+        if last not in node:
+            raise SystemExit(f"spec.decode has no key {key!r}")
+        node[last] = yaml.safe_load(value)
+    return out
+
+
+def _held_out(responses: str, splits: list[str]) -> dict[str, Runs]:
+    """(prompt, greedy response) ids of the recorded held-out responses, per split."""
+    sets: dict[str, Runs] = {s: [] for s in splits}
+    for r in read_jsonl(responses):
+        if r["split"] in sets and r["response_ids"]:
+            sets[r["split"]].append((list(r["prompt_ids"]), list(r["response_ids"])))
+    return sets
+
+
+def _humaneval(target: Any, tokenizer: Any, prompts: str, span: str, config: Any) -> dict:
+    """Greedy outputs of HumanEval prompts a:b, decoded here ({} for an empty span)."""
+    lo, _, hi = span.partition(":")
+    if not span or int(hi) <= int(lo):
+        return {}
+    spec = config["spec"]
+    bench = {**Plan(config, REPO).spec.bench_set("humaneval"), "n": int(hi)}
+    stops = stop_ids(target, tokenizer)
+    new = spec["speed"]["max_new_tokens"]
+    chosen = bench_prompts(read_jsonl(prompts), bench, tokenizer)[int(lo) :]
+    runs = [(ids, greedy_generate(target, ids, new, stops)) for _, ids in chosen]
+    return {f"HumanEval/{lo}-{int(hi) - 1}": runs}
+
+
+def _setup(
+    target: Any, tokenizer: Any, settings: DecodeSettings, inputs: dict, max_support: int
+) -> Setup:
+    calib = {n.removeprefix("calib_index_"): read_rows(p)
+             for n, p in inputs.items() if n.startswith("calib_index_")}  # fmt: skip
+    return Setup(
+        target, stop_ids(target, tokenizer), 0, settings,
+        engines=open_engines(input_indexes(inputs), max_support), calibrations=calib,
+        arctic_suffix=inputs.get("arctic_suffix"),
+        corpus=_suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
+    )  # fmt: skip
+
+
+def _replay(name: str, setup: Setup, runs: Runs, costs: dict[int, float]) -> Any:
+    decl = method(name)
+    if decl.loop == "chain":
+        drafter, k = make_drafter(name, setup)
+        return replay(drafter, runs, costs, k)
+    if decl.loop == "tree":
+        return replay(TREE_DRAFTERS[decl.drafter](name, decl, setup), runs, costs)
+    raise SystemExit(f"{name} is not a drafting method of our loops (loop {decl.loop!r})")
+
+
+if __name__ == "__main__":
+    main()
