@@ -121,9 +121,11 @@ def _held_out(responses: str, splits: list[str]) -> dict[str, Runs]:
 
 def _humaneval(target: Any, tokenizer: Any, prompts: str, span: str, config: Any) -> dict:
     """Greedy outputs of HumanEval prompts a:b, decoded here ({} for an empty span)."""
-    lo, _, hi = span.partition(":")
-    if not span or int(hi) <= int(lo):
+    if not span:
         return {}
+    lo, sep, hi = span.partition(":")
+    if not (sep and lo.isdigit() and hi.isdigit()) or int(hi) <= int(lo):
+        raise SystemExit(f"--humaneval takes a:b with a < b (prompt indices), got {span!r}")
     spec = config["spec"]
     bench = {**Plan(config, REPO).spec.bench_set("humaneval"), "n": int(hi)}
     stops = stop_ids(target, tokenizer)

@@ -1,0 +1,25 @@
+"""The replay CLI's spec.decode changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.ngram.replay_cli import _changed, _humaneval
+
+
+def test_decode_changes_are_dotted_keys_with_yaml_values():
+    decode = {"k": 8, "adaptive": {"k": 16, "local": "suffix"}}
+    out = _changed(decode, ["k=4", "adaptive.local=prompt_lookup", "adaptive.k=8"])
+    assert out == {"k": 4, "adaptive": {"k": 8, "local": "prompt_lookup"}}
+    assert decode["adaptive"]["k"] == 16  # the config itself is left alone
+    with pytest.raises(SystemExit, match="no key"):
+        _changed(decode, ["adaptive.depth=3"])
+    with pytest.raises(SystemExit, match="key=value"):
+        _changed(decode, ["k"])
+
+
+def test_humaneval_span_is_checked():
+    assert _humaneval(None, None, "", "", {}) == {}
+    for bad in ("5", "4:2", "a:b"):
+        with pytest.raises(SystemExit, match="a:b"):
+            _humaneval(None, None, "", bad, {})
