@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.ngram.replay_cli import _changed, _humaneval
+from kvspec.ngram.replay_cli import _changed, _humaneval, _variant
 
 
 def test_decode_changes_are_dotted_keys_with_yaml_values():
@@ -16,6 +16,15 @@ def test_decode_changes_are_dotted_keys_with_yaml_values():
         _changed(decode, ["adaptive.depth=3"])
     with pytest.raises(SystemExit, match="key=value"):
         _changed(decode, ["k"])
+
+
+def test_variants_are_labelled_change_lists():
+    assert _variant("before: adaptive.k=8 adaptive.local=prompt_lookup") == (
+        "before", ["adaptive.k=8", "adaptive.local=prompt_lookup"])  # fmt: skip
+    assert _variant("config:") == ("config", [])
+    for bad in ("adaptive.k=8", ": k=3"):
+        with pytest.raises(SystemExit, match="label"):
+            _variant(bad)
 
 
 def test_humaneval_span_is_checked():

@@ -2,16 +2,17 @@
 
     python -m kvspec.ngram.replay_cli [--config config/config.yaml] [--humaneval 3:40]
         [--splits general python alpaca] [--methods sd_hybrid_target sd_suffix_decoding]
-        [--decode adaptive.k=8 adaptive.local=prompt_lookup]
+        [--variant "before: adaptive.k=8 adaptive.local=prompt_lookup" "config:"]
 
 Run in a finished workflow directory (it reads the speed jobs' inputs under `results/`: the
 target, its indexes and acceptance rows, the suffix-tree build). Greedy outputs come from the
 held-out target responses the workflow recorded (`--splits`) and from HumanEval prompts
 decoded here (`--humaneval a:b`; the Table 4.7 benchmark uses the first three). The
 verification cost of 1 … k + 1 positions is measured once on the target, then every method
-is replayed with the config's `spec.decode` block, changed by `--decode key=value`
-(`kvspec.ngram.replay`). Prints accepted length, drafted tokens and draft time per step and
-the predicted speed-up over greedy per set. A prediction for choosing knobs; the speed
+is replayed (`kvspec.ngram.replay`) with each variant of the config's `spec.decode` block:
+`--variant "label: key=value key=value"` (no changes: the config itself), all against the
+same costs. Prints accepted length, drafted tokens and draft time per step and the predicted
+speed-up over greedy per set, variant and method. A prediction for choosing knobs; the speed
 benchmark (`specdecode_speed`) measures.
 """
 
@@ -59,7 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--humaneval", default="3:40", help="HumanEval prompts a:b decoded here")
     ap.add_argument("--splits", nargs="*", default=["general", "python", "alpaca"])
     ap.add_argument("--methods", nargs="+", default=["sd_hybrid_target", "sd_suffix_decoding"])
-    ap.add_argument("--decode", nargs="*", default=[], help="spec.decode changes, key=value")
+    ap.add_argument(
+        "--variant", nargs="+", default=["config:"], help='"label: key=value ..." per variant'
+    )
     args = ap.parse_args(argv)
 
     config = _config(args.config)
@@ -70,22 +73,33 @@ def main(argv: list[str] | None = None) -> None:
     use_threads(res["threads"])
     target, tokenizer = load_model(inputs["model"], dtype=res["dtype"], device="cpu",
                                    linear=res["linear"])  # fmt: skip
-    decode = _changed(config["spec"]["decode"], args.decode)
-    settings = DecodeSettings.from_config(decode)
+    variants = {label: DecodeSettings.from_config(_changed(config["spec"]["decode"], changes))
+                for label, changes in map(_variant, args.variant)}  # fmt: skip
     sets = _held_out(inputs["responses"], args.splits)
     sets = {**_humaneval(target, tokenizer, inputs["prompts"], args.humaneval, config), **sets}
-    widest = max(settings.k, settings.adaptive_k, settings.local_tree["index_k"]) + 1
+    widest = max(max(v.k, v.adaptive_k, v.local_tree["index_k"]) for v in variants.values())
     context = next(iter(sets.values()))[0]
-    costs = verify_costs(target, [*context[0], *context[1][:64]], range(1, widest + 1))
+    costs = verify_costs(target, [*context[0], *context[1][:64]], range(1, widest + 2))
     print("verification cost (x one position): "
           + ", ".join(f"{q}: {t / costs[1]:.2f}" for q, t in costs.items()))  # fmt: skip
-    setup = _setup(target, tokenizer, settings, inputs, config["spec"]["index"]["max_support"])
+    support = config["spec"]["index"]["max_support"]
     for name, runs in sets.items():
-        for m in args.methods:
-            r = _replay(m, setup, runs, costs)
-            print(f"{name:14s} {m:28s} accepted length {r.accept_len:.2f}  drafted "
-                  f"{r.drafted / r.steps:.2f}  draft {1e3 * r.draft_seconds / r.steps:.2f} ms"
-                  f"  predicted {r.speedup:.3f}x greedy  ({len(runs)} outputs)")  # fmt: skip
+        for label, settings in variants.items():
+            setup = _setup(target, tokenizer, settings, inputs, support)
+            for m in args.methods:
+                r = _replay(m, setup, runs, costs)
+                print(f"{name:14s} {label:10s} {m:28s} accepted length {r.accept_len:.2f}  "
+                      f"drafted {r.drafted / r.steps:.2f}  draft "
+                      f"{1e3 * r.draft_seconds / r.steps:.2f} ms  predicted {r.speedup:.3f}x "
+                      f"greedy  ({len(runs)} outputs)")  # fmt: skip
+
+
+def _variant(text: str) -> tuple[str, list[str]]:
+    """("label", ["key=value", ...]) from "label: key=value key=value"."""
+    label, sep, changes = text.partition(":")
+    if not sep or not label.strip():
+        raise SystemExit(f'--variant takes "label: key=value ...", got {text!r}')
+    return label.strip(), changes.split()
 
 
 def _config(path: Path) -> dict[str, Any]:
@@ -99,7 +113,7 @@ def _changed(decode: dict[str, Any], changes: list[str]) -> dict[str, Any]:
     for change in changes:
         key, sep, value = change.partition("=")
         if not sep:
-            raise SystemExit(f"--decode takes key=value, got {change!r}")
+            raise SystemExit(f"a spec.decode change is key=value, got {change!r}")
         *path, last = key.split(".")
         node = out
         for part in path:
