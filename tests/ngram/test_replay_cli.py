@@ -12,8 +12,9 @@ def test_decode_changes_are_dotted_keys_with_yaml_values():
     out = _changed(decode, ["k=4", "adaptive.local=prompt_lookup", "adaptive.k=8"])
     assert out == {"k": 4, "adaptive": {"k": 8, "local": "prompt_lookup"}}
     assert decode["adaptive"]["k"] == 16  # the config itself is left alone
-    with pytest.raises(SystemExit, match="no key"):
-        _changed(decode, ["adaptive.depth=3"])
+    for unknown in ("adaptive.depth=3", "tree.depth=3", "k.x=1"):
+        with pytest.raises(SystemExit, match="no key"):
+            _changed(decode, [unknown])
     with pytest.raises(SystemExit, match="key=value"):
         _changed(decode, ["k"])
 

@@ -44,7 +44,7 @@ from kvspec.ngram.methods import (
 )
 from kvspec.ngram.registry import method
 from kvspec.ngram.replay import replay
-from kvspec.ngram.stages import _suffix_corpus
+from kvspec.ngram.stages import suffix_corpus
 from kvspec.plan import Plan
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,21 +77,32 @@ def main(argv: list[str] | None = None) -> None:
                 for label, changes in map(_variant, args.variant)}  # fmt: skip
     sets = _held_out(inputs["responses"], args.splits)
     sets = {**_humaneval(target, tokenizer, inputs["prompts"], args.humaneval, config), **sets}
-    widest = max(max(v.k, v.adaptive_k, v.local_tree["index_k"]) for v in variants.values())
-    context = next(iter(sets.values()))[0]
-    costs = verify_costs(target, [*context[0], *context[1][:64]], range(1, widest + 2))
-    print("verification cost (x one position): "
-          + ", ".join(f"{q}: {t / costs[1]:.2f}" for q, t in costs.items()))  # fmt: skip
+    sets = {name: runs for name, runs in sets.items() if runs}
+    if not sets:
+        raise SystemExit("no greedy outputs to replay: check --humaneval and --splits")
+    costs = _costs(target, sets, variants.values())
     support = config["spec"]["index"]["max_support"]
     for name, runs in sets.items():
         for label, settings in variants.items():
             setup = _setup(target, tokenizer, settings, inputs, support)
             for m in args.methods:
-                r = _replay(m, setup, runs, costs)
-                print(f"{name:14s} {label:10s} {m:28s} accepted length {r.accept_len:.2f}  "
-                      f"drafted {r.drafted / r.steps:.2f}  draft "
-                      f"{1e3 * r.draft_seconds / r.steps:.2f} ms  predicted {r.speedup:.3f}x "
-                      f"greedy  ({len(runs)} outputs)")  # fmt: skip
+                print(_row(name, label, m, _replay(m, setup, runs, costs), len(runs)))
+
+
+def _costs(target: Any, sets: dict[str, Runs], variants: Any) -> dict[int, float]:
+    """Seconds of a forward of 1 … (longest draft + 1) positions after a recorded context."""
+    widest = max(max(v.k, v.adaptive_k, v.local_tree["index_k"]) for v in variants)
+    prompt, output = next(iter(sets.values()))[0]
+    costs = verify_costs(target, [*prompt, *output[:64]], range(1, widest + 2))
+    print("verification cost (x one position): "
+          + ", ".join(f"{q}: {t / costs[1]:.2f}" for q, t in costs.items()))  # fmt: skip
+    return costs
+
+
+def _row(name: str, label: str, method_name: str, r: Any, outputs: int) -> str:
+    return (f"{name:14s} {label:10s} {method_name:28s} accepted length {r.accept_len:.2f}  "
+            f"drafted {r.drafted / r.steps:.2f}  draft {1e3 * r.draft_seconds / r.steps:.2f} ms"
+            f"  predicted {r.speedup:.3f}x greedy  ({outputs} outputs)")  # fmt: skip
 
 
 def _variant(text: str) -> tuple[str, list[str]]:
@@ -117,8 +128,8 @@ def _changed(decode: dict[str, Any], changes: list[str]) -> dict[str, Any]:
         *path, last = key.split(".")
         node = out
         for part in path:
-            node = node[part]
-        if last not in node:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or last not in node:
             raise SystemExit(f"spec.decode has no key {key!r}")
         node[last] = yaml.safe_load(value)
     return out
@@ -158,7 +169,7 @@ def _setup(
         target, stop_ids(target, tokenizer), 0, settings,
         engines=open_engines(input_indexes(inputs), max_support), calibrations=calib,
         arctic_suffix=inputs.get("arctic_suffix"),
-        corpus=_suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
+        corpus=suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
     )  # fmt: skip
 
 

@@ -223,7 +223,7 @@ def speed_stage(
             if name.startswith("calib_index_")
         },
         arctic_suffix=inputs.get("arctic_suffix"),
-        corpus=_suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
+        corpus=suffix_corpus(inputs["responses"]) if "arctic_suffix" in inputs else (),
         llama_cpp=inputs.get("llama_cpp"),
         gguf=inputs.get("gguf"),
     )
@@ -245,7 +245,7 @@ def speed_stage(
     write_text(out_summary, summary.to_csv(index=False))
 
 
-def _suffix_corpus(responses: str) -> list[tuple[list[int], list[int]]]:
+def suffix_corpus(responses: str) -> list[tuple[list[int], list[int]]]:
     """(prompt, response) ids of the index prompts: the documents of the target index."""
     chosen = index_prompts(read_jsonl(responses), 1.0)
     return [(list(r["prompt_ids"]), list(r["response_ids"])) for r in chosen if r["response_ids"]]
