@@ -9,7 +9,7 @@ from kvspec.decoding.drafts import Draft
 from kvspec.decoding.loop import greedy_generate, speculative_generate
 from kvspec.decoding.tree import ChainTree, DraftTree, tree_generate
 from kvspec.ngram.drafters import RequestSuffixDrafter
-from kvspec.ngram.replay import accepted_path, accepted_prefix, replay
+from kvspec.ngram.replay import accepted_path, replay
 
 from ..tiny import tiny_llama
 
@@ -80,9 +80,7 @@ def test_speedup_is_greedy_time_over_replayed_time_and_feedback_gets_the_cost():
         replay(oracle, [], {2: 0.015}, k=1)
 
 
-def test_accepted_prefix_and_path():
-    assert accepted_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
-    assert accepted_prefix([], [1]) == 0
+def test_accepted_path():
     tree = DraftTree([1, 2, 3, 4], [-1, 0, 0, 2], [0.0] * 4)  # 1 -> {2, 3 -> 4}
     assert accepted_path(tree, [1, 3, 4, 9]) == 3
     assert accepted_path(tree, [1, 2, 4]) == 2

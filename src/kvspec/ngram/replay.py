@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvspec.decoding.cache import common_prefix
 from kvspec.decoding.tree import ROOT, DraftTree
 
 
@@ -45,16 +46,6 @@ class Replay:
         """Greedy's time for these tokens over the replayed drafting + verification time."""
         spent = self.draft_seconds + self.verify_seconds
         return self.tokens * self.one_step / spent if spent else 0.0
-
-
-def accepted_prefix(draft: Sequence[int], continuation: Sequence[int]) -> int:
-    """How many leading drafted tokens the greedy continuation starts with."""
-    n = 0
-    for d, c in zip(draft, continuation, strict=False):
-        if d != c:
-            break
-        n += 1
-    return n
 
 
 def accepted_path(tree: DraftTree, continuation: Sequence[int]) -> int:
@@ -114,4 +105,4 @@ def _step(
     width = min(k, budget)
     draft = drafter.propose(seq, width) if width > 0 else None
     tokens = draft.tokens[:width] if draft else []
-    return len(tokens), accepted_prefix(tokens, rest)
+    return len(tokens), common_prefix(tokens, list(rest))  # the accepted drafts
