@@ -76,6 +76,8 @@ def test_speedup_is_greedy_time_over_replayed_time_and_feedback_gets_the_cost():
     assert oracle.seen == [(1, 1, 0.015), (1, 1, 0.015), (0, 0, 0.01)]
     assert r.accept_len == pytest.approx(5 / 3)
     assert r.speedup == pytest.approx(5 * 0.01 / (0.04 + r.draft_seconds))
+    gaps = replay(_Oracle(greedy, 2), [([1, 2], greedy)], {1: 0.01, 3: 0.02}, k=1)
+    assert gaps.verify_seconds == pytest.approx(0.02 + 0.02 + 0.01)  # 2 positions cost 3's
     with pytest.raises(ValueError, match="one position"):
         replay(oracle, [], {2: 0.015}, k=1)
 

@@ -70,12 +70,12 @@ def replay(
 ) -> Replay:
     """Replay (prompt, greedy output) pairs through `drafter`: a chain drafter drafting up to
     `k` tokens a step, or a tree drafter (`propose_tree`) when `k` is None. `costs`: seconds of
-    a forward of q positions (q = 1 is a greedy step; larger q than measured cost the largest
-    measured). One drafter serves every run in turn, as in the speed benchmark."""
+    a forward of q positions (q = 1 is a greedy step; an unmeasured q costs the next measured
+    one up, or the largest). One drafter serves every run in turn, as in the speed benchmark."""
     if 1 not in costs:
         raise ValueError("costs must include one position (a greedy step)")
     out = Replay(one_step=costs[1])
-    widest = max(costs)
+    measured = sorted(costs)
     for prompt, greedy in runs:
         seq, i = [int(t) for t in prompt], 0
         while i < len(greedy):
@@ -83,7 +83,7 @@ def replay(
             t0 = time.perf_counter()
             drafted, accepted = _step(drafter, seq, greedy[i:], budget, k)
             out.draft_seconds += time.perf_counter() - t0
-            seconds = costs[min(drafted + 1, widest)]
+            seconds = costs[next((q for q in measured if q > drafted), measured[-1])]
             if hasattr(drafter, "feedback"):
                 drafter.feedback(drafted, accepted, seconds)
             seq += greedy[i : i + accepted + 1]
