@@ -29,7 +29,7 @@ def test_variants_are_labelled_change_lists():
 
 
 def test_humaneval_span_is_checked():
-    assert _humaneval(None, None, "", "", {}) == {}
+    assert _humaneval(None, None, "", "", {}, 128) == {}
     for bad in ("5", "4:2", "a:b"):
         with pytest.raises(SystemExit, match="a:b"):
-            _humaneval(None, None, "", bad, {})
+            _humaneval(None, None, "", bad, {}, 128)

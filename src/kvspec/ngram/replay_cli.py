@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from kvspec.config import validate
+from kvspec.config import SCHEMA, validate
 from kvspec.data.records import read_jsonl
 from kvspec.decoding.generate import stop_ids
 from kvspec.decoding.loop import greedy_generate
@@ -45,9 +45,8 @@ from kvspec.ngram.methods import (
 from kvspec.ngram.registry import method
 from kvspec.ngram.replay import replay
 from kvspec.ngram.stages import suffix_corpus
-from kvspec.plan import Plan
+from kvspec.plan import REPO, Plan
 
-REPO = Path(__file__).resolve().parents[3]
 Runs = list[tuple[list[int], list[int]]]
 
 
@@ -66,9 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     config = _config(args.config)
-    inputs = Plan(config, REPO).spec.speed_inputs(
-        types.SimpleNamespace(model=args.model, bench="humaneval")
-    )
+    plan = Plan(config, REPO).spec
+    inputs = plan.speed_inputs(types.SimpleNamespace(model=args.model, bench="humaneval"))
     res = config["resources"]
     use_threads(res["threads"])
     target, tokenizer = load_model(inputs["model"], dtype=res["dtype"], device="cpu",
@@ -76,7 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     variants = {label: DecodeSettings.from_config(_changed(config["spec"]["decode"], changes))
                 for label, changes in map(_variant, args.variant)}  # fmt: skip
     sets = _held_out(inputs["responses"], args.splits)
-    sets = {**_humaneval(target, tokenizer, inputs["prompts"], args.humaneval, config), **sets}
+    new_tokens = config["spec"]["speed"]["max_new_tokens"]
+    humaneval = _humaneval(target, tokenizer, inputs["prompts"], args.humaneval,
+                           plan.bench_set("humaneval"), new_tokens)  # fmt: skip
+    sets = {**humaneval, **sets}
     sets = {name: runs for name, runs in sets.items() if runs}
     if not sets:
         raise SystemExit("no greedy outputs to replay: check --humaneval and --splits")
@@ -114,8 +115,7 @@ def _variant(text: str) -> tuple[str, list[str]]:
 
 
 def _config(path: Path) -> dict[str, Any]:
-    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-    return validate(yaml.safe_load(path.read_text()), schema)
+    return validate(yaml.safe_load(path.read_text()), yaml.safe_load(SCHEMA.read_text()))
 
 
 def _changed(decode: dict[str, Any], changes: list[str]) -> dict[str, Any]:
@@ -144,19 +144,19 @@ def _held_out(responses: str, splits: list[str]) -> dict[str, Runs]:
     return sets
 
 
-def _humaneval(target: Any, tokenizer: Any, prompts: str, span: str, config: Any) -> dict:
-    """Greedy outputs of HumanEval prompts a:b, decoded here ({} for an empty span)."""
+def _humaneval(
+    target: Any, tokenizer: Any, prompts: str, span: str, bench: dict, new_tokens: int
+) -> dict:
+    """Greedy outputs of HumanEval prompts a:b of benchmark set `bench`, decoded here ({} for
+    an empty span)."""
     if not span:
         return {}
     lo, sep, hi = span.partition(":")
     if not (sep and lo.isdigit() and hi.isdigit()) or int(hi) <= int(lo):
         raise SystemExit(f"--humaneval takes a:b with a < b (prompt indices), got {span!r}")
-    spec = config["spec"]
-    bench = {**Plan(config, REPO).spec.bench_set("humaneval"), "n": int(hi)}
     stops = stop_ids(target, tokenizer)
-    new = spec["speed"]["max_new_tokens"]
-    chosen = bench_prompts(read_jsonl(prompts), bench, tokenizer)[int(lo) :]
-    runs = [(ids, greedy_generate(target, ids, new, stops)) for _, ids in chosen]
+    chosen = bench_prompts(read_jsonl(prompts), {**bench, "n": int(hi)}, tokenizer)[int(lo) :]
+    runs = [(ids, greedy_generate(target, ids, new_tokens, stops)) for _, ids in chosen]
     return {f"HumanEval/{lo}-{int(hi) - 1}": runs}
 
 
