@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from kvspec.decoding.drafts import Draft, one_hot
-from kvspec.ngram.adaptive import AdaptiveDrafter, Calibration
+from kvspec.decoding.tree import ROOT
+from kvspec.ngram.adaptive import AdaptiveBranches, AdaptiveDrafter, Calibration
 
 
 class Fixed:
@@ -130,3 +131,47 @@ def test_hybrid_picks_the_draft_with_more_expected_accepted_tokens():
 def test_needs_a_drafter():
     with pytest.raises(ValueError, match="at least one"):
         AdaptiveDrafter({}, threshold=0.2)
+
+
+def _branches(steep: float, index: Fixed, local: Fixed) -> AdaptiveBranches:
+    cal = Calibration.from_rows(_rows(8, 0.9, 30, 10))
+    drafter = AdaptiveDrafter({"index": index, "local": local}, cal, threshold=0.2)
+    for n in (1, 1, 1, 7, 7, 7):
+        drafter.cost.add(n, 0.1 + steep * n)
+    return AdaptiveBranches(drafter, 4)
+
+
+def test_a_second_branch_is_verified_only_when_it_pays():
+    index = Fixed([1, 2, 3, 4], [0.9] * 4, [8] * 4)
+    local = Fixed([7, 8, 9], [1.0] * 3, [2] * 3)  # unseen source: 1/2 per token
+    cheap = _branches(0.001, index, local).propose_tree([0], 16)
+    assert cheap.tokens == [1, 2, 3, 4, 7, 8, 9]
+    assert cheap.parents == [ROOT, 0, 1, 2, ROOT, 4, 5]
+    assert all(a > b for a, b in zip(cheap.scores[:3], cheap.scores[1:4], strict=True))
+    # p = 0.75 a token from the index, 0.5 from the unseen local source; cost 0.1 + b·positions.
+    # b = 0.03: the index's 3 tokens give 2.73 / 0.22 = 12.4 tokens/s (4: 12.2), the local 7
+    # beside them 3.23 / 0.25 = 12.9, 7 and 8 3.48 / 0.28 = 12.4
+    assert _branches(0.03, index, local).propose_tree([0], 16).tokens == [1, 2, 3, 7]
+    # b = 0.2: the index's first token alone (1.75 / 0.5 = 3.5); the local 7 beside it 3.2
+    assert _branches(0.2, index, local).propose_tree([0], 16).tokens == [1]
+    same_start = Fixed([1, 8, 9], [1.0] * 3, [2] * 3)
+    assert _branches(0.001, index, same_start).propose_tree([0], 16).tokens == [1, 2, 3, 4]
+    assert _branches(0.001, index, local).propose_tree([0], 2).tokens == [1, 2, 7, 8]
+
+
+def test_tree_feedback_counts_every_branchs_verdicts_and_the_cost():
+    branches = _branches(0.001, Fixed([1, 2, 3, 4], [0.9] * 4, [8] * 4),
+                         Fixed([7, 8, 9], [1.0] * 3, [2] * 3))  # fmt: skip
+    cal = branches.adaptive.calibration
+    before = {s: list(t) for s, t in cal.totals.items()}
+    tree = branches.propose_tree([0], 16)
+    branches.tree_feedback(tree, [4, 5], seconds=0.3)  # the target took 7, 8, then not 9
+    assert cal.totals["local"] == [2.0, 1.0]  # 7, 8 hit, 9 missed
+    assert cal.totals["index"] == [before["index"][0], before["index"][1] + 1.0]  # 1 missed
+    assert branches.adaptive.cost.seen[8] == 1  # 7 nodes + the root's position
+    assert branches.chosen == {"index": 1, "local": 0} and branches.second == 1
+
+
+def test_branches_need_a_depth():
+    with pytest.raises(ValueError, match="k >= 1"):
+        AdaptiveBranches(AdaptiveDrafter({"x": Fixed([1], [1.0], [1])}, threshold=0.2), 0)

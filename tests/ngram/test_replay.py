@@ -53,6 +53,28 @@ def test_tree_replay_takes_the_tree_loops_steps(runs):
     assert replayed.steps == steps < replayed.tokens
 
 
+class _Recording(ChainTree):
+    """A chain as a tree; records what the loop tells it after each step."""
+
+    def __init__(self) -> None:
+        super().__init__(RequestSuffixDrafter(), 3)
+        self.heard: list[tuple[list[int], list[int]]] = []
+
+    def tree_feedback(self, tree: DraftTree, path: list[int], seconds: float) -> None:
+        assert seconds > 0
+        self.heard.append((list(tree.tokens), list(path)))
+
+
+def test_tree_feedback_hears_what_the_tree_loop_tells(runs):
+    target, pairs = runs
+    replayed, looped = _Recording(), _Recording()
+    replay(replayed, pairs, {1: 1.0, 2: 1.5})
+    for prompt, _ in pairs:
+        tree_generate(target, prompt, looped, NEW)
+    assert replayed.heard == looped.heard
+    assert any(path for _, path in looped.heard)  # some drafts were accepted
+
+
 class _Oracle:
     """Drafts the next recorded token; records the feedback it gets."""
 

@@ -289,6 +289,9 @@ def tree_generate(
     accepted path's length; the tree is never deeper than the remaining budget allows.
     Drafters that read the target's state get it as in `speculative_generate`: `observe`
     the features of the committed positions, `observe_cache` the cache of verified positions.
+    A drafter with `tree_feedback(tree, path, seconds)` hears each step's accepted nodes and
+    verification time (an adaptive drafter learns from them, as from the chain loop's
+    `feedback`).
     """
     prompt = as_prompt(input_ids)
     with session(target, prompt, drafter) as (cache, tap, observe, watch):
@@ -307,6 +310,8 @@ def tree_generate(
             if watch is not None:
                 watch(cache)
             t2 = time.perf_counter()
+            if hasattr(drafter, "tree_feedback"):
+                drafter.tree_feedback(tree, path, t2 - t1)
             emitted = truncate_at_eos([*(tree.tokens[i] for i in path), nxt], eos_token_id)
             seq += emitted
             new += emitted

@@ -14,7 +14,8 @@ drafters apart ("index": infini-gram, "local": prompt lookup, "model": a draft m
 
 With several drafters (`AdaptiveDrafter({"local": ..., "index": ...})`, the request-local
 + index hybrid), each proposes, each draft is cut, and the one with the best expected rate
-is used.
+is used. `AdaptiveBranches` verifies the runner-up's cut draft beside it, as a second branch
+of a draft tree, when that raises the expected rate.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from kvspec.decoding.cache import common_prefix
 from kvspec.decoding.drafts import Draft, Drafter, one_hot
+from kvspec.decoding.tree import ROOT, DraftTree
 
 LENGTH_EDGES = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)  # bin i: LENGTH_EDGES[i] <= len < next
 CONF_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 0.95)  # bin i: CONF_EDGES[i] <= top-1 prob < next
@@ -112,7 +115,9 @@ class CostModel:
 
 
 @dataclass
-class _Scored:
+class ScoredDraft:
+    """A drafter's draft cut by `AdaptiveDrafter`, with what the cut was based on."""
+
     source: str
     draft: Draft
     probs: list[float]  # estimated acceptance of each kept token, given the earlier ones
@@ -144,18 +149,28 @@ class AdaptiveDrafter:
         self.calibration = calibration or Calibration()
         self.threshold = threshold
         self.cost = CostModel()
-        self._last: _Scored | None = None
+        self._last: ScoredDraft | None = None
         self.chosen: dict[str, int] = dict.fromkeys(self.drafters, 0)
 
     def propose(self, context: list[int], k: int) -> Draft:
         """The best cut draft of any drafter (empty if none is worth verifying)."""
-        fit = self.cost.fit()
-        scored = [self._cut(n, d.propose(context, k), fit) for n, d in self.drafters.items()]
-        best = max(scored, key=lambda s: s.rate)
+        best = self.ranked(context, k)[0]
         self._last = best
         if best.probs:
             self.chosen[best.source] += 1
         return best.draft
+
+    def ranked(self, context: list[int], k: int) -> list[ScoredDraft]:
+        """Every drafter's cut draft, the best expected rate first (the first on a tie)."""
+        fit = self.cost.fit()
+        scored = [self._cut(n, d.propose(context, k), fit) for n, d in self.drafters.items()]
+        return sorted(scored, key=lambda s: -s.rate)
+
+    def learn(self, scored: ScoredDraft, accepted: int) -> None:
+        """Count the verdicts on a cut draft of which `accepted` leading tokens were kept."""
+        for j in range(min(len(scored.probs), accepted + 1)):
+            length, conf = _features(scored.draft, j)
+            self.calibration.update(scored.source, length, conf, j < accepted)
 
     def feedback(self, drafted: int, accepted: int, seconds: float | None = None) -> None:
         """Learn from the verifier: kept tokens 0..accepted-1 hit, token `accepted` missed;
@@ -163,13 +178,10 @@ class AdaptiveDrafter:
         if seconds is not None:
             self.cost.add(drafted + 1, seconds)
         last, self._last = self._last, None
-        if last is None or not drafted:
-            return
-        for j in range(min(drafted, accepted + 1)):
-            length, conf = _features(last.draft, j)
-            self.calibration.update(last.source, length, conf, j < accepted)
+        if last is not None and drafted:
+            self.learn(replace(last, probs=last.probs[:drafted]), accepted)
 
-    def _cut(self, source: str, draft: Draft, fit: tuple[float, float] | None) -> _Scored:
+    def _cut(self, source: str, draft: Draft, fit: tuple[float, float] | None) -> ScoredDraft:
         probs = [
             self.calibration.estimate(source, *_features(draft, j))
             for j in range(len(draft.tokens))
@@ -185,7 +197,7 @@ class AdaptiveDrafter:
             )
             n = int(np.argmax(rates))  # first maximum: the shorter draft on a tie
             rate = float(rates[n])
-        return _Scored(source, _truncate(draft, n), probs[:n], rate)
+        return ScoredDraft(source, _truncate(draft, n), probs[:n], rate)
 
 
 def _features(draft: Draft, j: int) -> tuple[int, float]:
@@ -207,3 +219,86 @@ def _truncate(draft: Draft, n: int) -> Draft:
         dists=draft.dists[:n] if draft.dists else draft.dists,
         lengths=draft.lengths[:n] if draft.lengths else draft.lengths,
     )
+
+
+class AdaptiveBranches:
+    """An `AdaptiveDrafter`'s best cut draft, and the runner-up drafter's beside it as a second
+    branch of one draft tree when it starts with another token and raises the expected rate.
+
+    Branches that start differently cannot both be accepted, so the tree's expected accepted
+    length is the sum of the branches' (1 + Σ_j P(tokens 0..j of either branch accepted)),
+    and its verification costs a + b · (1 + both lengths). The second branch is cut at the
+    length that maximises that rate; it is added only when the cost is fitted and the rate
+    beats the best branch alone. The tree loop reports the accepted path (`tree_feedback`),
+    and every branch's tokens are counted as verdicts, as the chain loop's `feedback` does.
+    """
+
+    def __init__(self, adaptive: AdaptiveDrafter, k: int) -> None:
+        if k < 1:
+            raise ValueError(f"AdaptiveBranches needs k >= 1, got {k}")
+        self.adaptive, self.k = adaptive, k
+        self.second = 0  # trees with a second branch
+        self._branches: list[ScoredDraft] = []
+
+    @property
+    def chosen(self) -> dict[str, int]:
+        """Steps whose first branch each source drafted."""
+        return self.adaptive.chosen
+
+    def propose_tree(self, context: list[int], max_depth: int) -> DraftTree:
+        """The best cut draft as a branch, plus the runner-up's if it pays (depth <= k)."""
+        ranked = self.adaptive.ranked(context, min(self.k, max_depth))
+        best = ranked[0]
+        branches = [best] if best.probs else []
+        fit = self.adaptive.cost.fit()
+        if branches and fit is not None and len(ranked) > 1:
+            other = _second_branch(best, ranked[1], fit)
+            if other is not None:
+                branches.append(other)
+                self.second += 1
+        if branches:
+            self.adaptive.chosen[best.source] += 1
+        self._branches = branches
+        return _tree_of(branches)
+
+    def tree_feedback(self, tree: DraftTree, path: list[int], seconds: float | None) -> None:
+        """Learn from the verifier: `path` holds the accepted nodes from the root down and
+        `seconds` the verification time of the tree's nodes + 1 positions."""
+        if seconds is not None:
+            self.adaptive.cost.add(len(tree.tokens) + 1, seconds)
+        accepted = [tree.tokens[i] for i in path]
+        for branch in self._branches:
+            self.adaptive.learn(branch, common_prefix(branch.draft.tokens, accepted))
+        self._branches = []
+
+
+def _second_branch(
+    best: ScoredDraft, other: ScoredDraft, fit: tuple[float, float]
+) -> ScoredDraft | None:
+    """`other` cut to its best length as a branch beside `best`, or None if it does not pay."""
+    if not other.probs or other.draft.tokens[0] == best.draft.tokens[0]:
+        return None
+    a, b = fit
+    gain = 1.0 + float(np.sum(np.cumprod(best.probs)))
+    width = 1 + len(best.probs)
+    cum = np.cumprod(other.probs)
+    rates = (gain + np.cumsum(cum)) / (a + b * (width + np.arange(1, len(cum) + 1)))
+    n = int(np.argmax(rates)) + 1
+    if rates[n - 1] <= gain / (a + b * width):
+        return None
+    rate = float(rates[n - 1])
+    return ScoredDraft(other.source, _truncate(other.draft, n), other.probs[:n], rate)
+
+
+def _tree_of(branches: Sequence[ScoredDraft]) -> DraftTree:
+    """The branches as chains hanging from the root, each node scored by the log of its
+    estimated chance to be accepted."""
+    tree = DraftTree()
+    for branch in branches:
+        parent = ROOT
+        for token, p in zip(branch.draft.tokens, np.cumprod(branch.probs), strict=True):
+            tree.tokens.append(int(token))
+            tree.parents.append(parent)
+            tree.scores.append(float(np.log(max(p, 1e-30))))
+            parent = len(tree.tokens) - 1
+    return tree

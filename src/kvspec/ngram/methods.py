@@ -16,7 +16,7 @@ from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
 from kvspec.decoding.loop import greedy_generate, speculative_generate, truncate_at_eos
 from kvspec.decoding.tree import tree_generate
 from kvspec.io import read_json
-from kvspec.ngram.adaptive import AdaptiveDrafter, Calibration
+from kvspec.ngram.adaptive import AdaptiveBranches, AdaptiveDrafter, Calibration
 from kvspec.ngram.drafters import InfiniGramDrafter, PromptLookupDrafter, RequestSuffixDrafter
 from kvspec.ngram.index import open_engine
 from kvspec.ngram.local_tree import HybridTreeDrafter, LocalTreeSettings
@@ -286,7 +286,11 @@ def _draft_tree(name: str, decl: MethodDecl, setup: Setup) -> Any:
 
 
 def _hybrid_tree(name: str, decl: MethodDecl, setup: Setup) -> Any:
-    """The request-local trie plus the index's chain."""
+    """The request-local trie plus the index's chain; for an adaptive declaration, the
+    adaptive hybrid's best cut draft and, when it pays, the runner-up's (two branches)."""
+    if decl.adaptive:
+        adaptive, k = _hybrid(name, decl, setup)
+        return AdaptiveBranches(adaptive, k)
     settings = LocalTreeSettings.from_config(setup.decode.local_tree)
     return HybridTreeDrafter(_ngram_drafter(name, decl, setup), settings)
 

@@ -41,10 +41,11 @@ def _infgram(index: str, adaptive: bool = False) -> MethodDecl:
     return MethodDecl("chain", "infgram", index, adaptive, (f"index_{index}", *calib))
 
 
-def _hybrid(index: str, tree: bool = False) -> MethodDecl:
+def _hybrid(index: str, tree: bool = False, branches: bool = False) -> MethodDecl:
     if tree:  # the request-local trie plus the index's chain as one tree
         return MethodDecl("tree", "hybrid", index, False, (f"index_{index}",))
-    return MethodDecl("chain", "hybrid", index, True, (f"index_{index}", f"calib_index_{index}"))
+    inputs = (f"index_{index}", f"calib_index_{index}")
+    return MethodDecl("tree" if branches else "chain", "hybrid", index, True, inputs)
 
 
 METHODS: dict[str, MethodDecl] = {
@@ -64,6 +65,10 @@ METHODS: dict[str, MethodDecl] = {
     # request-local prompt lookup + index, adaptive, the better expected draft each step
     "sd_hybrid_sft": _hybrid("sft"),
     "sd_hybrid_target": _hybrid("target"),
+    # the same, with the other drafter's cut draft verified beside it when that pays
+    # (kvspec.ngram.adaptive.AdaptiveBranches: a two-branch tree)
+    "sd_hybrid_sft_branches": _hybrid("sft", branches=True),
+    "sd_hybrid_target_branches": _hybrid("target", branches=True),
     # every earlier continuation of the longest request-local match (a trie) plus the index's
     # chain, gated by match length (kvspec.ngram.local_tree)
     "sd_hybrid_sft_tree": _hybrid("sft", tree=True),

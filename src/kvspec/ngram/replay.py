@@ -7,7 +7,8 @@ recorded, any n-gram drafting policy can be scored on many prompts without runni
 target again: each step asks the drafter for a draft of the committed context (timed),
 counts the accepted prefix, charges the verification cost of that many positions (measured
 on the target, `kvspec.decoding.verify_cost`), and tells an adaptive drafter what a real
-loop would (`feedback`). The step sequence equals what `speculative_generate` /
+loop would (`feedback`, or `tree_feedback` for a tree). The step sequence equals what
+`speculative_generate` /
 `tree_generate` do with the same drafter whenever the drafter's choices do not depend on
 measured time (tested), and the predicted speed-up is greedy's time per token over the
 replayed time per token. Used to choose drafting knobs on held-out prompts
@@ -50,16 +51,23 @@ class Replay:
 
 def accepted_path(tree: DraftTree, continuation: Sequence[int]) -> int:
     """How deep the greedy continuation runs along the tree's branches."""
+    return len(accepted_nodes(tree, continuation))
+
+
+def accepted_nodes(tree: DraftTree, continuation: Sequence[int]) -> list[int]:
+    """The nodes the greedy continuation runs through, from the root down (what
+    `verify_tree_greedy` accepts when the target continues with `continuation`)."""
     children: dict[tuple[int, int], int] = {}
     for i, (p, t) in enumerate(zip(tree.parents, tree.tokens, strict=True)):
         children.setdefault((p, t), i)
-    node, depth = ROOT, 0
-    while depth < len(continuation):
-        child = children.get((node, continuation[depth]))
+    node, path = ROOT, []
+    while len(path) < len(continuation):
+        child = children.get((node, continuation[len(path)]))
         if child is None:
             break
-        node, depth = child, depth + 1
-    return depth
+        node = child
+        path.append(child)
+    return path
 
 
 def replay(
@@ -81,10 +89,12 @@ def replay(
         while i < len(greedy):
             budget = len(greedy) - i - 1
             t0 = time.perf_counter()
-            drafted, accepted = _step(drafter, seq, greedy[i:], budget, k)
+            drafted, accepted, tree = _step(drafter, seq, greedy[i:], budget, k)
             out.draft_seconds += time.perf_counter() - t0
             seconds = costs[next((q for q in measured if q > drafted), measured[-1])]
-            if hasattr(drafter, "feedback"):
+            if tree is not None and hasattr(drafter, "tree_feedback"):
+                drafter.tree_feedback(tree, accepted_nodes(tree, greedy[i:]), seconds)
+            elif tree is None and hasattr(drafter, "feedback"):
                 drafter.feedback(drafted, accepted, seconds)
             seq += greedy[i : i + accepted + 1]
             i += accepted + 1
@@ -97,12 +107,13 @@ def replay(
 
 def _step(
     drafter: Any, seq: list[int], rest: Sequence[int], budget: int, k: int | None
-) -> tuple[int, int]:
-    """(drafted, accepted) of one step; nothing is drafted past the output's last token."""
+) -> tuple[int, int, DraftTree | None]:
+    """(drafted, accepted, the tree or None for a chain) of one step; nothing is drafted
+    past the output's last token."""
     if k is None:
         tree = drafter.propose_tree(seq, budget) if budget > 0 else DraftTree()
-        return len(tree.tokens), accepted_path(tree, rest)
+        return len(tree.tokens), accepted_path(tree, rest), tree
     width = min(k, budget)
     draft = drafter.propose(seq, width) if width > 0 else None
     tokens = draft.tokens[:width] if draft else []
-    return len(tokens), common_prefix(tokens, list(rest))  # the accepted drafts
+    return len(tokens), common_prefix(tokens, list(rest)), None  # the accepted drafts
