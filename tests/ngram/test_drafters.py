@@ -115,6 +115,20 @@ def test_reused_matches_equal_fresh_lookups(tmp_path):
             ctx = ctx + a.tokens[:accepted] + [int(rng.integers(0, 4))]
 
 
+def test_a_single_match_is_followed_to_its_document_end(tmp_path):
+    """Once one match is left the walk copies its continuation, then the document end, as the
+    column-by-column walk (sequential `infgram_ntd`) does; the next step looks up afresh."""
+    docs = [[0, 1, 2, 3, 0, 2], [1, 1, 2, 0, 3, 3, 1], [2, 2, 2]]
+    engine = _engine(tmp_path, docs, 5, 4)
+    drafter = InfiniGramDrafter(engine)
+    draft = drafter.propose([0, 1, 2], 5)  # [0, 1, 2] occurs once: 3, 0, 2, then the end
+    assert draft.match_count == 1
+    assert draft.tokens == sequential_infgram_draft(engine, [0, 1, 2], 5)
+    assert draft.tokens[:4] == [3, 0, 2, 4]
+    assert draft.dists[:4] == [{3: 1.0}, {0: 1.0}, {2: 1.0}, {4: 1.0}]
+    assert draft.lengths[:4] == [3, 4, 5, 6]
+
+
 def test_continuations_match_engine_documents(tmp_path):
     docs = _corpus(5, 4, 40, None)
     engine = _engine(tmp_path, docs, 5, 4)

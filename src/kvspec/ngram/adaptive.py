@@ -182,22 +182,27 @@ class AdaptiveDrafter:
             self.learn(replace(last, probs=last.probs[:drafted]), accepted)
 
     def _cut(self, source: str, draft: Draft, fit: tuple[float, float] | None) -> ScoredDraft:
-        probs = [
-            self.calibration.estimate(source, *_features(draft, j))
-            for j in range(len(draft.tokens))
-        ]
-        cum = np.cumprod(probs) if probs else np.zeros(0)
-        if fit is None:
-            n = int(np.sum(cum >= self.threshold)) if len(cum) else 0
-            rate = float(np.sum(cum[:n]))
-        else:
-            a, b = fit
-            rates = (1.0 + np.concatenate([[0.0], np.cumsum(cum)])) / (
-                a + b * np.arange(1, len(cum) + 2)
-            )
-            n = int(np.argmax(rates))  # first maximum: the shorter draft on a tie
-            rate = float(rates[n])
-        return ScoredDraft(source, _truncate(draft, n), probs[:n], rate)
+        """Estimates token by token, stopped at the first token that does not pay: the running
+        product of estimates never grows, so once one more token lowers the rate (or, before
+        the cost is fitted, takes the product below the threshold) every longer draft does."""
+        probs: list[float] = []
+        cum, total = 1.0, 0.0  # P(tokens 0..j accepted), and its sum over the kept tokens
+        best = 0.0 if fit is None else 1.0 / (fit[0] + fit[1])  # no draft: a greedy step
+        for j in range(len(draft.tokens)):
+            p = self.calibration.estimate(source, *_features(draft, j))
+            if fit is None:
+                if cum * p < self.threshold:
+                    break
+                rate = total + cum * p
+            else:
+                rate = (1.0 + total + cum * p) / (fit[0] + fit[1] * (j + 2))
+                if rate <= best:  # first maximum: the shorter draft on a tie
+                    break
+            cum *= p
+            total += cum
+            probs.append(p)
+            best = rate
+        return ScoredDraft(source, _truncate(draft, len(probs)), probs, best)
 
 
 def _features(draft: Draft, j: int) -> tuple[int, float]:

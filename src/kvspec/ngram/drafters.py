@@ -231,17 +231,31 @@ class InfiniGramDrafter:
 
     def _walk(self, match: _Match, m: int) -> list[tuple[int, Dist, int]]:
         """Replay up to m sequential picks on the matches' continuations."""
-        conts = self.continuations(match, m)  # (count, m)
-        alive = np.ones(len(conts), dtype=bool)
+        rows = self.continuations(match, m)  # (count, m): the matches still agreeing
         steps: list[tuple[int, Dist, int]] = []
         for j in range(m):
-            column = conts[alive, j]
+            if len(rows) == 1:  # one match left: the rest is its continuation
+                return steps + self._follow(rows[0, j:].tolist(), len(match.suffix) + j)
+            column = rows[:, j]
             dist = _column_dist(np.where(column < 0, self.eos, column))
             pick = self._pick(dist)
             steps.append((pick, dist, len(match.suffix) + j))
-            alive &= conts[:, j] == pick
-            if not alive.any():
+            rows = rows[column == pick]
+            if not len(rows):
                 break  # every match ended: the caller starts a fresh lookup
+        return steps
+
+    def _follow(self, tokens: list[int], length: int) -> list[tuple[int, Dist, int]]:
+        """The picks along one match's continuation (`tokens`, -1 once it ended) whose suffix
+        is `length` tokens long: each token with certainty, and after the end the document
+        end, after which the walk stops (what `_walk` does, one column at a time)."""
+        steps: list[tuple[int, Dist, int]] = []
+        for i, token in enumerate(tokens):
+            pick = self.eos if token < 0 else token
+            dist = {pick: 1.0}
+            steps.append((self._pick(dist), dist, length + i))
+            if token < 0:
+                break
         return steps
 
     def _pick(self, dist: Dist) -> int:

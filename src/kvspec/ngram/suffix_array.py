@@ -11,8 +11,9 @@ files (`tokenized.*`, `table.*`) and finds suffix-array ranges with numpy:
   a range whose suffixes share their first `depth` tokens is sorted by the token at
   `depth`, so two bounds found by k-ary search (`_FANOUT` evenly spaced probes per round,
   gathered at once) delimit it;
-- ranges of one token are cached, so a lookup pays for the whole array at most once per
-  first token.
+- narrowed ranges are remembered (up to `_CACHED` per shard), so a lookup pays for the whole
+  array at most once per first token, and the short suffixes that successive drafts search
+  again cost a dictionary lookup.
 
 Ranges equal the engine's `find` (tested). Ids are the index's own (compact ids for a
 compact-vocabulary index); `kvspec.decoding.drafts` translates.
@@ -28,6 +29,7 @@ import numpy as np
 
 _FANOUT = 64  # probes per k-ary search round
 _GATHER = 4096  # ranges at most this long are narrowed with one vectorised gather
+_CACHED = 1 << 16  # narrowed ranges remembered per shard (then forgotten all at once)
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Shard:
     tokens: np.ndarray  # (n_tok,) u16/u32, separators included
     table: np.ndarray  # (n_tok * ptr_bytes,) u8, little-endian byte pointers into `tokens`
     ptr_bytes: int
-    first: dict[int, tuple[int, int]] = field(default_factory=dict)
+    ranges: dict[tuple[int, int, int, int], tuple[int, int]] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -74,8 +76,9 @@ class Shard:
         """
         if hi <= lo:
             return lo, lo
-        if depth == 0 and (lo, hi) == (0, self.size) and token in self.first:
-            return self.first[token]
+        cached = self.ranges.get((lo, hi, depth, token))
+        if cached is not None:
+            return cached
         key = int(_key(np.int64(token), self.tokens.itemsize))
         if hi - lo <= _GATHER:
             keys = self.keys_at(self.range_positions(lo, hi), depth)  # (hi-lo,) sorted
@@ -88,8 +91,9 @@ class Shard:
                 self._bound(lo, hi, depth, key, "left"),
                 self._bound(lo, hi, depth, key, "right"),
             )
-        if depth == 0 and (lo, hi) == (0, self.size):
-            self.first[token] = found
+        if len(self.ranges) >= _CACHED:
+            self.ranges.clear()
+        self.ranges[(lo, hi, depth, token)] = found
         return found
 
     def _bound(self, lo: int, hi: int, depth: int, key: int, side: str) -> int:
@@ -122,8 +126,9 @@ def open_shards(index_dir: str | Path, token_dtype: str) -> list[Shard]:
     sa_paths = [p for p in names if "table" in p.name]
     shards = []
     for ds_path, sa_path in zip(ds_paths, sa_paths, strict=True):
-        tokens = np.memmap(ds_path, dtype=f"<u{width}", mode="r")
-        table = np.memmap(sa_path, dtype=np.uint8, mode="r")
+        # plain ndarray views of the maps: indexing them skips np.memmap's per-result wrapping
+        tokens = np.memmap(ds_path, dtype=f"<u{width}", mode="r").view(np.ndarray)
+        table = np.memmap(sa_path, dtype=np.uint8, mode="r").view(np.ndarray)
         shards.append(Shard(tokens, table, len(table) // len(tokens)))
     return shards
 
