@@ -353,6 +353,11 @@ class RequestSuffixDrafter:
         alive = ends  # occurrences still agreeing with the draft, ascending
         for j in range(1, k + 1):
             alive = alive[alive + j < len(ctx)]
+            if len(alive) == 1:  # one occurrence left: copy what followed it
+                rest = ctx[int(alive[0]) + j : int(alive[0]) + k + 1].tolist()
+                tokens += rest
+                dists += [{t: 1 / len(ends)} for t in rest]
+                break
             if not len(alive):
                 break
             following = ctx[alive + j]
