@@ -8,10 +8,9 @@ target again: each step asks the drafter for a draft of the committed context (t
 counts the accepted prefix, charges the verification cost of that many positions (measured
 on the target, `kvspec.decoding.verify_cost`), and tells an adaptive drafter what a real
 loop would (`feedback`, or `tree_feedback` for a tree). The step sequence equals what
-`speculative_generate` /
-`tree_generate` do with the same drafter whenever the drafter's choices do not depend on
-measured time (tested), and the predicted speed-up is greedy's time per token over the
-replayed time per token. Used to choose drafting knobs on held-out prompts
+`speculative_generate` / `tree_generate` do with the same drafter whenever the drafter's
+choices do not depend on measured time (tested), and the predicted speed-up is greedy's time
+per token over the replayed time per token. Used to choose drafting knobs on held-out prompts
 (`python -m kvspec.ngram.replay_cli`), never in place of the speed benchmark.
 """
 
