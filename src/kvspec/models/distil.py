@@ -44,6 +44,7 @@ from kvspec.models.draft_vocab import (
     vocabulary_of,
 )
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
+from kvspec.models.packing import Batch, make_batch
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
 
@@ -127,30 +128,6 @@ def split_sequences(
     val_idx = set(numpy_generator(seed, "validation").permutation(len(seqs))[:n_val].tolist())
     train = [s for i, s in enumerate(seqs) if i not in val_idx]
     return train, [s for i, s in enumerate(seqs) if i in val_idx]
-
-
-@dataclass
-class Batch:
-    """Right-padded sequences and which positions are learned. Causal attention never lets a
-    real token see the padding after it, so no attention mask is needed."""
-
-    ids: torch.Tensor  # (B, T)
-    mask: torch.Tensor  # (B, T) bool: positions whose next token is learned
-    labels: torch.Tensor  # (N,) those next tokens, row-major (N = mask.sum())
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(self.ids.to(device), self.mask.to(device), self.labels.to(device))
-
-
-def make_batch(seqs: list[Sequence], pad_id: int = 0) -> Batch:
-    width = max(len(s.ids) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)  # (B, T)
-    mask = torch.zeros((len(seqs), width), dtype=torch.bool)  # (B, T)
-    for row, s in enumerate(seqs):
-        ids[row, : len(s.ids)] = torch.tensor(s.ids, dtype=torch.long)
-        mask[row, s.start : len(s.ids) - 1] = True
-    nxt = torch.roll(ids, -1, dims=1)  # (B, T): token t+1 at position t
-    return Batch(ids, mask, nxt[mask])
 
 
 def batch_indices(n: int, spec: DistilSpec, step: int) -> list[int]:
@@ -254,8 +231,8 @@ def target_slice(
 def learned_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """The student's full-width logits at the learned positions only (N, V): the LM head,
     which dominates a small model's cost at a large vocabulary, skips prompt and padding."""
-    hidden = model.base_model(input_ids=batch.ids).last_hidden_state  # (B, T, H)
-    return model.get_output_embeddings()(hidden[batch.mask])  # (N, V)
+    hidden = model.base_model(**batch.inputs(model)).last_hidden_state  # (R, W, H)
+    return model.get_output_embeddings()(batch.learned(hidden))  # (N, V)
 
 
 def learned_readout(
@@ -264,7 +241,7 @@ def learned_readout(
     """(logits (n, N) over the student's readout vocabulary, `labels` (N,) as indices of it,
     keep (N,) bool): with a reduced head (`kvspec.models.draft_vocab`) only the positions
     whose label is in its subset are kept, and only N logits are computed per position."""
-    hidden = model.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]  # (N, H)
+    hidden = batch.learned(model.base_model(**batch.inputs(model)).last_hidden_state)  # (N, H)
     head = reduced_head(model)
     if head is None:
         keep = torch.ones_like(labels, dtype=torch.bool)
@@ -310,7 +287,7 @@ def teacher_targets(
 def output_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """A full model's logits at the learned positions only (N, V), as its forward computes
     them (a final logit soft-cap included): the output layer skips prompt and padding."""
-    hidden = model.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]  # (N, H)
+    hidden = batch.learned(model.base_model(**batch.inputs(model)).last_hidden_state)  # (N, H)
     logits = model.get_output_embeddings()(hidden)
     cap = getattr(model.config, "final_logit_softcapping", None)
     return torch.tanh(logits / cap) * cap if cap else logits
@@ -332,7 +309,7 @@ def _split_rows(targets: Targets, seqs: list[Sequence]) -> list[Targets]:
 def batch_targets(
     targets: Mapping[str, Targets], seqs: list[Sequence], device: torch.device | str = "cpu"
 ) -> Targets:
-    """The cached targets of `seqs`, row-major like `Batch.labels`."""
+    """The cached targets of `seqs`, in sequence order like `Batch.labels`."""
     return tuple(torch.cat([targets[s.id][j] for s in seqs]).to(device) for j in range(3))  # type: ignore[return-value]
 
 
@@ -423,7 +400,7 @@ def evaluate(
     for i in range(0, len(seqs), spec.batch_size):
         chunk = seqs[i : i + spec.batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
-        hidden = student.base_model(input_ids=batch.ids).last_hidden_state[batch.mask]
+        hidden = batch.learned(student.base_model(**batch.inputs(student)).last_hidden_state)
         logits = (head.reduced(hidden) if head else student.get_output_embeddings()(hidden)).float()
         labels = to_draft[batch.labels] if head else batch.labels  # (n,) -1 outside
         keep = labels >= 0
