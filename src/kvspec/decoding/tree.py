@@ -126,6 +126,13 @@ def model_mask(
     return {t: windowed if t == "sliding_attention" else full for t in set(types)}
 
 
+def stack_masks(masks: Sequence[Any]) -> Any:
+    """One (B, 1, q, kv) mask, or one per layer type, from per-row `model_mask`s."""
+    if isinstance(masks[0], dict):
+        return {t: torch.cat([m[t] for m in masks]) for t in masks[0]}
+    return torch.cat(list(masks))
+
+
 def to_device(mask: torch.Tensor | dict[str, torch.Tensor], device: Any) -> Any:
     if isinstance(mask, dict):
         return {t: m.to(device) for t, m in mask.items()}

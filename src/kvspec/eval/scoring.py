@@ -85,7 +85,7 @@ def pack(context: list[int], continuations: Sequence[list[int]]) -> PackedRow:
 def packed_logprobs(model: nn.Module, rows: Sequence[PackedRow]) -> list[Scored]:
     """`continuation_logprobs` of packed rows: per row, per continuation, (log-probabilities,
     greedy tokens) of its tokens. Rows are right-padded; a padding slot sees only itself."""
-    from kvspec.decoding.tree import model_mask
+    from kvspec.decoding.tree import model_mask, stack_masks
 
     width = max(len(r.tokens) for r in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
@@ -99,18 +99,11 @@ def packed_logprobs(model: nn.Module, rows: Sequence[PackedRow]) -> list[Scored]
         allowed = torch.eye(width, dtype=torch.bool)
         allowed[:n, :n] = row.allowed
         masks.append(model_mask(config, allowed, pos[b].tolist(), pos[b].tolist(), dtype))
-    mask = _stack(masks)
+    mask = stack_masks(masks)
     reads = [(b, r) for b, row in enumerate(rows) for r in row.reads]
     scored = iter(_read(model, {"input_ids": ids, "position_ids": pos, "attention_mask": mask},
                         reads))  # fmt: skip
     return [[next(scored) for _ in row.reads] for row in rows]
-
-
-def _stack(masks: list[Any]) -> Any:
-    """One (B, 1, q, kv) mask, or one per layer type, from per-row masks."""
-    if isinstance(masks[0], dict):
-        return {t: torch.cat([m[t] for m in masks]) for t in masks[0]}
-    return torch.cat(masks)
 
 
 def _read(model: nn.Module, inputs: dict[str, Any], reads: list[tuple[int, list[int]]]) -> Scored:

@@ -47,19 +47,14 @@ class Batch:
         """The keyword arguments of `model.base_model` for these rows."""
         if self.segments is None:  # one sequence per row: causal attention as it is
             return {"input_ids": self.ids}
-        from kvspec.decoding.tree import model_mask, to_device
+        from kvspec.decoding.tree import model_mask, stack_masks, to_device
 
         dtype = next(model.parameters()).dtype
         config = getattr(model.config, "base_config", model.config)
         masks = [model_mask(config, _allowed(seg), pos.tolist(), pos.tolist(), dtype)
                  for seg, pos in zip(self.segments.cpu(), self.positions.cpu(), strict=True)]  # type: ignore[union-attr]  # fmt: skip
-        mask = (
-            {t: torch.cat([m[t] for m in masks]) for t in masks[0]}
-            if isinstance(masks[0], dict)
-            else torch.cat(masks)  # type: ignore[arg-type]
-        )
         return {"input_ids": self.ids, "position_ids": self.positions,
-                "attention_mask": to_device(mask, self.ids.device)}  # fmt: skip
+                "attention_mask": to_device(stack_masks(masks), self.ids.device)}  # fmt: skip
 
     def learned(self, hidden: torch.Tensor) -> torch.Tensor:
         """(N, H) the hidden states (R, W, H) of the learned positions."""
