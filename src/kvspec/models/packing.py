@@ -24,8 +24,11 @@ class Tokens(Protocol):
     """A sequence to train on: its token ids and the first position whose next token is
     learned."""
 
-    ids: tuple[int, ...]
-    start: int
+    @property
+    def ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def start(self) -> int: ...
 
 
 @dataclass
