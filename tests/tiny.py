@@ -64,3 +64,18 @@ def tiny_indexes(tmp_path_factory, vocab: int, eos: int) -> dict[str, tuple[str,
         stats.write_text(json.dumps({"vocab_size": vocab, "eos_token_id": eos}))
         indexes[name] = (str(path), str(stats))
     return indexes
+
+
+def sliding_gemma3(seed: int = 0):
+    """A float32 Gemma-3 of a sliding (4-token window) and a full-attention layer with two RoPE
+    bases (vocabulary 100, hidden 64, sdpa): the packed-row tests' model."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
+        sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=64, attn_implementation="sdpa",
+    )  # fmt: skip
+    return Gemma3ForCausalLM(config).eval()

@@ -163,16 +163,9 @@ def test_shared_contexts_in_latent_attention_models(lms, arch) -> None:
 def test_shared_contexts_in_a_sliding_window_model(lms) -> None:
     """Gemma-3 (sliding and full layers, two RoPE bases): a 4-token window cuts through the
     packed rows, so a continuation's slots must lose the context keys the window drops."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from ..tiny import sliding_gemma3
 
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(
-        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=16, query_pre_attn_scalar=16,
-        sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=64, attn_implementation="sdpa",
-    )  # fmt: skip
-    model = Gemma3ForCausalLM(config).eval()
+    model = sliding_gemma3(0)
     shared, _, ref = _both(model, lms[0].tokenizer, _choices(4))
     _same(shared, ref)
 

@@ -9,7 +9,7 @@ import torch
 from kvspec.models.distil import DistilSpec, distil_loss
 from kvspec.models.packing import make_batch, rows_of
 
-from ..tiny import tiny_llama
+from ..tiny import sliding_gemma3, tiny_llama
 
 
 class Seq:
@@ -68,16 +68,7 @@ def test_packed_hidden_states_equal_each_sequence_alone(attn: str) -> None:
 def test_packed_rows_keep_a_sliding_window() -> None:
     """Gemma-3 with a 4-token window on one of two layers: each sequence's slots lose the keys
     the window drops at its own positions, not at the row's."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8,
-        sliding_window=4, layer_types=["sliding_attention", "full_attention"],
-        max_position_embeddings=64, attn_implementation="sdpa",
-    )  # fmt: skip
-    model = Gemma3ForCausalLM(config).double().eval()
+    model = sliding_gemma3(0).double()
     seqs = _seqs([5, 20, 7, 13, 8, 6])
     batch = make_batch(seqs)
     with torch.no_grad():
