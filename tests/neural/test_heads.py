@@ -131,12 +131,15 @@ def _record_drafts(drafter, method: str) -> list[int]:
     return drafted
 
 
-def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(tmp_path) -> None:
+def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(
+    tmp_path, monkeypatch
+) -> None:
     import json
 
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
+    import kvspec.neural.head_train as head_train
     from kvspec.models.load import load_model
     from kvspec.neural.heads import head_stats, head_train_stage
 
@@ -150,6 +153,10 @@ def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(tmp_path) 
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     inputs = {"target": str(tmp_path / "target"), "responses": str(tmp_path / "r.jsonl")}
     out = tmp_path / "head.pt"
+    trained_over = []  # the readout the head trained over: the one it is saved with
+    real = head_train.train_head
+    monkeypatch.setattr(head_train, "train_head", lambda *a, readout=None, **k: (
+        trained_over.append(readout), real(*a, readout=readout, **k))[1])  # fmt: skip
     head_train_stage(
         inputs, str(out), drafter={"kind": "eagle"},
         train={"steps": 1, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
@@ -166,6 +173,8 @@ def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(tmp_path) 
     assert head_stats(out)["draft_vocab"] == 4
     target, _ = load_model(inputs["target"], dtype="float32", device="cpu")
     head, _ = load_head(out, target)
+    rows = target.lm_head.weight[saved["readout"]]
+    torch.testing.assert_close(trained_over[0].weight, rows, rtol=0, atol=0)
     assert head.readout.ids.tolist() == saved["readout"]
     torch.testing.assert_close(head.readout.weight, target.lm_head.weight[head.readout.ids])
     assert not any(p.requires_grad for p in head.readout.parameters())

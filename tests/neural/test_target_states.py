@@ -1,6 +1,7 @@
 """The target's states cached per training sequence: what a head's loss reads from the cache is
 what one target forward gives, every job after the first reads instead of computing, and a
-head trained on cached states is the head trained on fresh ones."""
+head trained on cached states is the head trained on fresh ones. A head's loss over a readout
+of N tokens is its loss over the target's distribution renormalised to those tokens."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from kvspec.neural.target_states import (
     StateCache,
     compute_states,
     target_logits,
+    target_readout,
+    top1_match,
     weights_fingerprint,
 )
 from tests.tiny import tree_llama
@@ -132,3 +135,92 @@ def test_the_fingerprint_follows_the_weights(target, tmp_path) -> None:
     changed = tree_llama(7, layers=3)
     changed.save_pretrained(tmp_path / "a")
     assert weights_fingerprint(tmp_path / "a") != before
+
+
+def _fresh(target):
+    return lambda ids: compute_states(target, torch.tensor([ids]), 3)
+
+
+SUBSET = [2, 3, 4, 5, 8, 9, 11, 13, 17, 21, 30, 40, 41, 47]  # of a 48-token vocabulary
+
+
+def test_a_readout_scores_its_tokens_as_the_full_output_layer() -> None:
+    target = tree_llama(0, layers=1).requires_grad_(False)
+    final = compute_states(target, torch.tensor([IDS]), 0).final
+    full = target.get_output_embeddings()(final).float()
+    rows = target_readout(target, SUBSET)
+    torch.testing.assert_close(rows.target_logits(final), full[..., SUBSET], rtol=0, atol=0)
+    torch.testing.assert_close(rows.head_logits(final), full[..., SUBSET], rtol=0, atol=0)
+    target.config.final_logit_softcapping = 0.5  # the target's logits only
+    capped = target_readout(target, SUBSET)
+    cap = torch.tanh(full[..., SUBSET] / 0.5) * 0.5
+    torch.testing.assert_close(capped.target_logits(final), cap)
+    torch.testing.assert_close(capped.head_logits(final), full[..., SUBSET], rtol=0, atol=0)
+    assert not capped.weight.requires_grad
+
+
+def test_top1_match_counts_the_positions_whose_argmax_agrees() -> None:
+    a = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    b = torch.tensor([[0.0, 5.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 9.0], [0.0, 2.0, 0.0]])
+    assert top1_match(a, b) == 0.5
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_a_loss_over_every_token_is_the_loss_without_a_readout(target, name) -> None:
+    decl = HEADS[name]
+    torch.manual_seed(1)
+    head = build_head(target, decl)
+    seq, states = Sequence("s", tuple(IDS), 4), _fresh(target)
+    every = target_readout(target, range(target.config.vocab_size))
+    a, pa = sequence_loss(decl["kind"], head, target, seq, random.Random(5), HeadLoss(), states)
+    b, pb = sequence_loss(decl["kind"], head, target, seq, random.Random(5), HeadLoss(), states,
+                          every)  # fmt: skip
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert pa == pytest.approx(pb, rel=1e-12)
+
+
+def _close(expected: torch.Tensor):
+    return pytest.approx(float(expected.detach()), rel=1e-6)  # the loss reads out in float32
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_a_loss_over_a_readout_learns_the_targets_renormalised_distribution(target, name) -> None:
+    """Every head's KD part over N tokens: the target's softmax over those N tokens against the
+    head's, whatever the two put on the other tokens."""
+    decl = HEADS[name]
+    torch.manual_seed(1)
+    head = build_head(target, decl)
+    seq, states = Sequence("s", tuple(IDS), 4), _fresh(target)
+    rows = target_readout(target, SUBSET)
+    loss, parts = sequence_loss(decl["kind"], head, target, seq, random.Random(5), HeadLoss(),
+                                states, rows)  # fmt: skip
+    final = states(list(IDS)).final[0]
+    if name == "eagle":  # positions 0..T-2 predict the next feature
+        feats = states(list(IDS))
+        pred = head(feats.final[:, :-1], target.get_input_embeddings()(torch.tensor([IDS[1:]])),
+                    torch.arange(len(IDS) - 1)[None])[0]  # fmt: skip
+        p = torch.log_softmax(target.lm_head(final[1:])[:, SUBSET], -1)
+        q = torch.log_softmax(target.lm_head(pred)[:, SUBSET], -1)
+        assert parts["kl"] == _close((p.exp() * (p - q)).sum(-1).mean())
+    elif name == "independent":
+        p = torch.softmax(target.lm_head(final[4:])[:, SUBSET], -1)
+        q = torch.log_softmax(head(torch.tensor([IDS])).logits[0, 4:, SUBSET], -1)
+        assert parts["ce"] == _close(-(p * q).sum(-1).mean())
+    else:  # MoA: its prediction of the final state from the seeded verification periods
+        from kvspec.neural.moa import finish, moa_forward, verification
+
+        known, tli = states(list(IDS)), decl.get("tli", 0)
+        verified, bound = verification(len(IDS), 4, random.Random(5).randint(5, 15))
+        pred = moa_forward(head, target, torch.tensor([IDS]), known.kv, bound, known.final)
+        rows = torch.arange(len(IDS)) >= 4
+        if tli:  # verified positions are the target's own; the rest are learned
+            mixed = torch.where(verified[None, :, None], known.hidden[tli], pred)
+            pred = finish(target, tli, mixed, torch.arange(len(IDS))[None])
+            rows &= ~verified
+        p = torch.softmax(target.lm_head(final[rows])[:, SUBSET], -1)
+        q = torch.log_softmax(target.lm_head(pred[0, rows])[:, SUBSET], -1)
+        assert parts["ce"] == _close(-(p * q).sum(-1).mean())
+    assert 0.0 <= parts["match"] <= 1.0
+    loss.backward()  # the gradient reaches the head, never the target's frozen output rows
+    assert any(p.grad is not None for p in head.parameters())
+    assert target.lm_head.weight.grad is None

@@ -39,6 +39,7 @@ from kvspec.decoding.tree import (
     tree_shape,
 )
 from kvspec.models.draft_vocab import readout_of
+from kvspec.neural.target_states import Readout, target_readout, top1_match
 
 
 class EagleHead(nn.Module):
@@ -89,23 +90,27 @@ def eagle_loss(
     tokens: torch.Tensor,  # (B, T) that sequence's tokens
     lambda_kl: float = 0.1,
     lambda_reg: float = 1.0,
+    readout: Readout | None = None,  # the tokens it reads out over (None: all)
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Teacher-forced loss over positions 0..T-2: KL of the target's next-token distribution
-    from lm_head(f_{t+1}) to the head's from lm_head(f̂_{t+1}), plus SmoothL1(f̂, f)."""
-    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    from lm_head(f_{t+1}) to the head's from lm_head(f̂_{t+1}) (over `readout`'s tokens),
+    plus SmoothL1(f̂, f)."""
+    embed, readout = target.get_input_embeddings(), readout or target_readout(target)
     positions = torch.arange(features.shape[1] - 1, device=features.device)[None]
     pred = head(features[:, :-1], embed(tokens[:, 1:]), positions.expand(len(tokens), -1))
     truth = features[:, 1:]
     with torch.no_grad():
-        p_target = torch.log_softmax(lm_head(truth).float(), -1)
-    logp = torch.log_softmax(lm_head(pred).float(), -1)
-    kl = F.kl_div(logp, p_target, log_target=True, reduction="none").sum(-1).mean()
+        p_logits = readout.head_logits(truth)  # the target's as the head's (no soft-cap)
+    q_logits = readout.head_logits(pred)
+    logp, logq = torch.log_softmax(p_logits, -1), torch.log_softmax(q_logits, -1)
+    kl = F.kl_div(logq, logp, log_target=True, reduction="none").sum(-1).mean()
     reg = F.smooth_l1_loss(pred, truth)
     loss = lambda_kl * kl + lambda_reg * reg
     parts = {
         "kl": float(kl.detach()),
         "smooth_l1": float(reg.detach()),
         "loss": float(loss.detach()),
+        "match": top1_match(p_logits, q_logits),
     }
     return loss, parts
 

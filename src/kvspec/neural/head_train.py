@@ -26,7 +26,7 @@ from tqdm import tqdm
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
 from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.models.parallel import rank_and_world
-from kvspec.neural.target_states import TargetStates
+from kvspec.neural.target_states import Readout, TargetStates
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, python_random
 
@@ -48,41 +48,49 @@ States = Callable[[list[int]], TargetStates]  # a sequence's ids -> the target's
 
 
 def sequence_loss(kind: str, head: nn.Module, target: nn.Module, seq: Sequence,
-                  rng: random.Random, weights: HeadLoss, states: States) -> Loss:  # fmt: skip
+                  rng: random.Random, weights: HeadLoss, states: States,
+                  readout: Readout | None = None) -> Loss:  # fmt: skip
     """The loss of one sequence: MoA and Independent from its first learned position on,
-    EAGLE on every position (its features are all the target's)."""
+    EAGLE on every position (its features are all the target's); over the tokens of
+    `readout` (None: every token)."""
     ids = torch.tensor([seq.ids], dtype=torch.long)
     known = states(seq.ids)
     if kind == "independent":
         from kvspec.neural.independent import independent_loss
 
-        return independent_loss(head, target, ids, seq.start, weights.lambda_kl, known)
+        return independent_loss(head, target, ids, seq.start, weights.lambda_kl, known,
+                                readout)  # fmt: skip
     if kind == "moa":
         from kvspec.neural.moa import moa_loss
 
         return moa_loss(head, target, ids, seq.start, rng, weights.periods, weights.lambda_kl,
-                        weights.lambda_reg, known)  # fmt: skip
+                        weights.lambda_reg, known, readout)  # fmt: skip
     from kvspec.neural.eagle import eagle_loss
 
-    return eagle_loss(head, target, known.final, ids, weights.lambda_kl, weights.lambda_reg)
+    return eagle_loss(head, target, known.final, ids, weights.lambda_kl, weights.lambda_reg,
+                      readout)  # fmt: skip
 
 
 @torch.no_grad()
 def evaluate(kind: str, head: nn.Module, target: nn.Module, val: list[Sequence],
-             weights: HeadLoss, seed: int, states: States) -> dict[str, float]:  # fmt: skip
-    """Mean validation loss (the same seeded verification periods at every evaluation)."""
+             weights: HeadLoss, seed: int, states: States,
+             readout: Readout | None = None) -> dict[str, float]:  # fmt: skip
+    """Mean validation loss and top-1 agreement with the target (the same seeded
+    verification periods at every evaluation)."""
     head.eval()
     rng = python_random(seed, "validation periods")
-    parts = [sequence_loss(kind, head, target, s, rng, weights, states)[1] for s in val]
+    parts = [sequence_loss(kind, head, target, s, rng, weights, states, readout)[1] for s in val]
     head.train()
     return {f"val_{k}": sum(p[k] for p in parts) / len(parts) for k in parts[0]}
 
 
 def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequence],
                val: list[Sequence], spec: DistilSpec, weights: HeadLoss, states: States,
-               checkpoint: str | Path | None = None) -> list[dict[str, float]]:  # fmt: skip
+               checkpoint: str | Path | None = None,
+               readout: Readout | None = None) -> list[dict[str, float]]:  # fmt: skip
     """Train `head` in place against the frozen `target`, whose states of a sequence
-    `states` gives (e.g. `StateCache.get`); the curve (one row per evaluation).
+    `states` gives (e.g. `StateCache.get`), over the tokens of `readout` (None: every
+    token); the curve (one row per evaluation).
     Resumes from `checkpoint` when it holds a state of the same settings.
 
     Data parallel when torch.distributed is initialised: each process takes every world-th
@@ -98,7 +106,8 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
     rank, world = rank_and_world()
     torch.manual_seed(derive(spec.seed, "train"))
     opt = adamw(head, spec.lr, spec.weight_decay, betas=(0.9, 0.95))
-    tag = config_hash([kind, asdict(spec), asdict(weights), len(train)])
+    rows = None if readout is None else len(readout.weight)
+    tag = config_hash([kind, asdict(spec), asdict(weights), len(train), rows])
     ckpt = Path(checkpoint) if checkpoint else None
     start, curve = load_state(ckpt, head, opt, tag)
     head.train()
@@ -115,7 +124,7 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         for at in range(rank, len(chunk), world):  # this process's share of the step
             seq = train[chunk[at]]
             rng = python_random(spec.seed, "periods", step, at)  # MoA's periods
-            loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states)
+            loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states, readout)
             (loss / len(chunk)).backward()
             sums = {k: sums.get(k, 0.0) + v for k, v in parts.items()}
         parts = _step_means(head, sums, len(chunk), world)
@@ -125,7 +134,8 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         opt.zero_grad(set_to_none=True)
         done = step + 1
         if rank == 0 and (done % spec.eval_every == 0 or done == spec.steps):
-            scores = evaluate(kind, head, target, val, weights, spec.seed, states) if val else {}
+            scores = (evaluate(kind, head, target, val, weights, spec.seed, states, readout)
+                      if val else {})  # fmt: skip
             row = {"step": done, "lr": lr_at(step, spec),
                    **{f"train_{k}": v for k, v in parts.items()}, **scores, "tokens": tokens,
                    "seconds": time.perf_counter() - t0}  # fmt: skip

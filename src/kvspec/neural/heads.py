@@ -93,8 +93,9 @@ def head_train_stage(
     threads: int,
     processes: int = 1,
 ) -> None:
-    """Train one head (`inputs`: `target` model, its `responses`) against the full vocabulary
-    and save it with the `data['vocab']` tokens it drafts over (null: all), its curve,
+    """Train one head (`inputs`: `target` model, its `responses`) over the `data['vocab']`
+    tokens the target outputs most in its training responses (null: all), the tokens it then
+    drafts over, and save it with them, its curve,
     sizes (trainable parameters, relative to one target decoder layer) and training cost.
     The target's states come from the cache `data['state_cache']` (shared by every head of
     the target; `data['state_depth']` hidden depths in `data['state_dtype']`). With
@@ -131,7 +132,7 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
         train_head,
         trainable_parameters,
     )
-    from kvspec.neural.target_states import StateCache, weights_fingerprint
+    from kvspec.neural.target_states import StateCache, target_readout, weights_fingerprint
 
     rank, world = rank_and_world()
     use_threads(max(1, threads // world))
@@ -147,13 +148,13 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
     cache = StateCache(data["state_cache"], target, weights_fingerprint(inputs["target"]),
                        data["state_depth"], getattr(torch, data["state_dtype"]))  # fmt: skip
+    order = teacher_order(target, train_seqs, None)  # by count in the training responses
+    readout = vocabulary_of(target, order, data.get("vocab"))
     t0 = time.perf_counter()
     curve = train_head(drafter["kind"], head, target, train_seqs, val,
                        DistilSpec.from_config(train, seed), weights, cache.get,
-                       f"{out}.ckpt")  # fmt: skip
+                       f"{out}.ckpt", readout=target_readout(target, readout))  # fmt: skip
     trainable, layer = trainable_parameters(head), decoder_layer_parameters(target)
-    order = teacher_order(target, train_seqs, None)  # by count in the training responses
-    readout = vocabulary_of(target, order, data.get("vocab"))
     stats = {
         "draft_vocab": len(readout) if readout else target.config.vocab_size,
         "trainable_parameters": trainable,

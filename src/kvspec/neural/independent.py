@@ -24,7 +24,13 @@ from transformers.models.llama.modeling_llama import (
 from kvspec.decoding.tree import causal_mask
 from kvspec.models.draft_vocab import readout_of
 from kvspec.neural.moa import llama_layer_config, rope_theta
-from kvspec.neural.target_states import TargetStates, compute_states, target_logits
+from kvspec.neural.target_states import (
+    Readout,
+    TargetStates,
+    compute_states,
+    target_readout,
+    top1_match,
+)
 
 
 class IndependentHead(nn.Module):
@@ -50,6 +56,14 @@ class IndependentHead(nn.Module):
                 position_ids: torch.Tensor | None = None) -> SimpleNamespace:  # fmt: skip
         """Next-token logits (B, T, V) of `input_ids` (B, T) after the cache; causal unless a
         4-D additive `attention_mask` and `position_ids` are given (a draft tree's nodes)."""
+        hidden = self.final(input_ids, past_key_values, use_cache, attention_mask, position_ids)
+        return SimpleNamespace(logits=readout_of(self, self.shared[0])(hidden),
+                               past_key_values=past_key_values)  # fmt: skip
+
+    def final(self, input_ids: torch.Tensor, past_key_values: Any = None,
+              use_cache: bool = False, attention_mask: torch.Tensor | None = None,
+              position_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """The normed final hidden states (B, T, H) that `forward` reads out."""
         target = self.shared[0]
         hidden = target.get_input_embeddings()(input_ids)
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -68,24 +82,27 @@ class IndependentHead(nn.Module):
             hidden = layer(hidden, attention_mask=mask, position_ids=positions,
                            past_key_values=past_key_values, use_cache=use_cache,
                            position_embeddings=rope)  # fmt: skip
-        logits = readout_of(self, target)(self.norm(hidden))
-        return SimpleNamespace(logits=logits, past_key_values=past_key_values)
+        return self.norm(hidden)
 
 
 Loss = tuple[torch.Tensor, dict[str, float]]
 
 
 def independent_loss(head: IndependentHead, target: nn.Module, tokens: torch.Tensor,
-                     first: int, lambda_kl: float = 0.1,
-                     states: TargetStates | None = None) -> Loss:  # fmt: skip
+                     first: int, lambda_kl: float = 0.1, states: TargetStates | None = None,
+                     readout: Readout | None = None) -> Loss:  # fmt: skip
     """Soft cross-entropy to the target's next-token distribution on positions `first`..
-    (from `states`' final hidden states, or one target forward)."""
+    (from `states`' final hidden states, or one target forward), over the tokens of
+    `readout` (None: all)."""
     states = states or compute_states(target, tokens, 0)
+    readout = readout or target_readout(target)
     with torch.no_grad():
-        p_target = torch.softmax(target_logits(target, states.final[0, first:]), -1)
-    logq = torch.log_softmax(head(tokens).logits[0, first:].float(), -1)
-    ce = -(p_target * logq).sum(-1).mean()
+        p_logits = readout.target_logits(states.final[0, first:])
+        p_target = torch.softmax(p_logits, -1)
+    q_logits = readout.head_logits(head.final(tokens)[0, first:])
+    ce = -(p_target * torch.log_softmax(q_logits, -1)).sum(-1).mean()
     entropy = -(p_target * torch.log(p_target.clamp_min(1e-30))).sum(-1).mean()
     loss = lambda_kl * ce
     kl = float((ce - entropy).detach())  # the part of the loss training can remove
-    return loss, {"ce": float(ce.detach()), "kl": kl, "loss": float(loss.detach())}
+    return loss, {"ce": float(ce.detach()), "kl": kl, "loss": float(loss.detach()),
+                  "match": top1_match(p_logits, q_logits)}  # fmt: skip

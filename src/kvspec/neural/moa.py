@@ -58,7 +58,13 @@ from kvspec.decoding.tree import (
     tree_shape,
 )
 from kvspec.models.draft_vocab import readout_of
-from kvspec.neural.target_states import TargetStates, compute_states, target_logits
+from kvspec.neural.target_states import (
+    Readout,
+    TargetStates,
+    compute_states,
+    target_readout,
+    top1_match,
+)
 
 STATES = ("lsa", "kv_mean", "o")
 
@@ -292,17 +298,16 @@ def finish(target: nn.Module, tli: int, pred: torch.Tensor, positions: torch.Ten
 def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
              rng: random.Random, periods: tuple[int, int] = (5, 15), lambda_kl: float = 0.1,
              lambda_reg: float = 1.0, states: TargetStates | None = None,
-             ) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
+             readout: Readout | None = None) -> tuple[torch.Tensor, dict[str, float]]:  # fmt: skip
     """One sequence (1, T) whose next tokens are learned from position `first` on (the last
     prompt token): the target's K/V and hidden states (`states`, or one target forward),
     positions before `first` verified, then a verification every period (drawn from
     `periods`) positions, the loss on positions `first`.. (each predicts its own final
-    activation, i.e. the next token)."""
+    activation, i.e. the next token); the CE over the tokens of `readout` (None: all)."""
     tli = head.size.tli
     states = states or compute_states(target, tokens, tli)
+    readout = readout or target_readout(target)
     kv, truth, final = states.kv, states.hidden[tli], states.final  # (1, T, ...)
-    with torch.no_grad():
-        p_target = torch.softmax(target_logits(target, final), -1)
     verified, bound = verification(tokens.shape[1], first, rng.randint(*periods))
     pred = moa_forward(head, target, tokens, kv, bound, final)
     rows = torch.arange(tokens.shape[1]) >= max(first, 1)
@@ -314,11 +319,14 @@ def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
         reg = (reg + F.smooth_l1_loss(pred[0, rows], final[0, rows])) / 2
     else:
         reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
-    logq = torch.log_softmax(target.get_output_embeddings()(pred[0, rows]).float(), -1)
-    ce = -(p_target[0, rows] * logq).sum(-1).mean()
+    with torch.no_grad():
+        p_logits = readout.target_logits(final[0, rows])
+    q_logits = readout.head_logits(pred[0, rows])
+    ce = -(torch.softmax(p_logits, -1) * torch.log_softmax(q_logits, -1)).sum(-1).mean()
     loss = lambda_kl * ce + lambda_reg * reg
-    return loss, {"ce": float(ce.detach()), "smooth_l1": float(reg.detach()),
-                  "loss": float(loss.detach())}  # fmt: skip
+    parts = {"ce": ce, "smooth_l1": reg, "loss": loss}
+    return loss, {**{k: float(v.detach()) for k, v in parts.items()},
+                  "match": top1_match(p_logits, q_logits)}  # fmt: skip
 
 
 class MoADrafter:

@@ -15,10 +15,12 @@ The cache is keyed by the target's weights (a change of model misses every entry
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
@@ -59,12 +61,49 @@ def compute_states(target: nn.Module, tokens: torch.Tensor, depth: int) -> Targe
     return TargetStates(kv, tuple(out.hidden_states[-1 - d] for d in range(depth + 1)))
 
 
+@dataclass(frozen=True)
+class Readout:
+    """The rows of the target's output layer a head's loss reads out through: the tokens it
+    drafts over (`readout`), so training and drafting score the same N tokens and a training
+    position costs an N-row readout instead of the full vocabulary's. The target's
+    distribution is renormalised over those tokens (as FR-Spec and EAGLE-3 train their
+    reduced heads); outside them the head can never draft, whatever it learns."""
+
+    weight: torch.Tensor  # (N, H), frozen
+    cap: float | None  # the target's final logit soft-capping, if it has one
+
+    def target_logits(self, final: torch.Tensor) -> torch.Tensor:
+        """The target's next-token logits over the N tokens from its normed final hidden
+        states (soft-capped as the target does), in float32.  # (..., N)"""
+        logits = F.linear(final, self.weight).float()
+        return torch.tanh(logits / self.cap) * self.cap if self.cap else logits
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """A head's logits over the N tokens from its predicted final hidden states, in
+        float32, as it drafts (without soft-capping: the argmax is the same).  # (..., N)"""
+        return F.linear(hidden, self.weight).float()
+
+
+def target_readout(target: nn.Module, ids: Sequence[int] | torch.Tensor | None = None) -> Readout:
+    """The `Readout` of `target`'s output rows of `ids` (None: every token)."""
+    layer = target.get_output_embeddings()
+    if getattr(layer, "bias", None) is not None:
+        raise ValueError("heads read out through a bias-free output layer")
+    weight = layer.weight.detach()
+    if ids is not None:
+        weight = weight[torch.as_tensor(ids, dtype=torch.long, device=weight.device)]
+    return Readout(weight, getattr(target.config, "final_logit_softcapping", None))
+
+
 def target_logits(target: nn.Module, final: torch.Tensor) -> torch.Tensor:
     """The target's next-token logits from its normed final hidden states (with the final
     soft-capping of models that have one), in float32."""
-    logits = target.get_output_embeddings()(final).float()
-    cap = getattr(target.config, "final_logit_softcapping", None)
-    return torch.tanh(logits / cap) * cap if cap else logits
+    return target_readout(target).target_logits(final)
+
+
+def top1_match(target_logits: torch.Tensor, head_logits: torch.Tensor) -> float:
+    """The share of positions whose greedy token the head's logits give as the target's."""
+    return float((target_logits.argmax(-1) == head_logits.argmax(-1)).float().mean())
 
 
 def weights_fingerprint(model_dir: str | Path) -> str:
