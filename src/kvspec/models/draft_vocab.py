@@ -12,8 +12,9 @@ target may still put mass only lowers acceptance). Training reads the N logits d
 subset in the head's `ids` buffer; `kvspec.models.load` rebuilds the head from both.
 
 Document 002's neural heads (MoA, EAGLE, Independent) read out through the target's own
-output layer: they train against the full vocabulary and draft through a `frozen_readout`,
-the target's rows of the N tokens (`kvspec.neural.heads` saves the ids with the head).
+output layer: they train over its rows of the N tokens (`kvspec.neural.target_states.Readout`)
+and draft through a `frozen_readout` of the same rows (`kvspec.neural.heads` saves the ids
+with the head).
 """
 
 from __future__ import annotations

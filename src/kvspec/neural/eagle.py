@@ -12,7 +12,8 @@ over the head's reduced vocabulary when it has one, `kvspec.models.draft_vocab`)
 decoder layer of the target's architecture with its own KV cache. Drafting continues from
 its own predictions: (f̂_{t+1}, ŷ_{t+2}) is the next input. Training (teacher forcing on the
 target's features) minimises λ0·KL[p_target ‖ p_head] + λ1·SmoothL1(f̂, f), the document's
-loss with TLI = 0 (Table 6: λ0 = 0.1, λ1 = 1.0).
+loss with TLI = 0 (Table 6: λ0 = 0.1, λ1 = 1.0), the KL over the tokens the head drafts over
+(`kvspec.neural.target_states.Readout`, all by default).
 
 In the decoding loop (`kvspec.decoding.loop`), a drafter with `observe` receives the target's
 features of every committed position as verification produces them.

@@ -23,7 +23,8 @@ verified position, the keys and values of every layer (HF's cache: keys after Ro
 Training (teacher forcing on the target's own K/V and hidden states, no generation) minimises
 λ0·CE(p_target, p_drafter) + λ1·SmoothL1 on response positions (the reference code's soft
 cross-entropy, equal to the forward KL up to the target's entropy; Table 6: 0.1 / 1.0; with
-TLI > 0 the SmoothL1 is averaged over the predicted and the final activations). Not
+TLI > 0 the SmoothL1 is averaged over the predicted and the final activations); the CE over
+the tokens the head drafts over (`kvspec.neural.target_states.Readout`, all by default). Not
 reproduced: the reference code's SA "staircase" curriculum.
 """
 

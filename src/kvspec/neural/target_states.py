@@ -75,13 +75,13 @@ class Readout:
     def target_logits(self, final: torch.Tensor) -> torch.Tensor:
         """The target's next-token logits over the N tokens from its normed final hidden
         states (soft-capped as the target does), in float32.  # (..., N)"""
-        logits = F.linear(final, self.weight).float()
+        logits = F.linear(final.to(self.weight.device), self.weight).float()
         return torch.tanh(logits / self.cap) * self.cap if self.cap else logits
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """A head's logits over the N tokens from its predicted final hidden states, in
         float32, as it drafts (without soft-capping: the argmax is the same).  # (..., N)"""
-        return F.linear(hidden, self.weight).float()
+        return F.linear(hidden.to(self.weight.device), self.weight).float()
 
 
 def target_readout(target: nn.Module, ids: Sequence[int] | torch.Tensor | None = None) -> Readout:
