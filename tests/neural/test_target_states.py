@@ -212,13 +212,13 @@ def test_a_loss_over_a_readout_learns_the_targets_renormalised_distribution(targ
         known, tli = states(list(IDS)), decl.get("tli", 0)
         verified, bound = verification(len(IDS), 4, random.Random(5).randint(5, 15))
         pred = moa_forward(head, target, torch.tensor([IDS]), known.kv, bound, known.final)
-        rows = torch.arange(len(IDS)) >= 4
+        learned = torch.arange(len(IDS)) >= 4
         if tli:  # verified positions are the target's own; the rest are learned
             mixed = torch.where(verified[None, :, None], known.hidden[tli], pred)
             pred = finish(target, tli, mixed, torch.arange(len(IDS))[None])
-            rows &= ~verified
-        p = torch.softmax(target.lm_head(final[rows])[:, SUBSET], -1)
-        q = torch.log_softmax(target.lm_head(pred[0, rows])[:, SUBSET], -1)
+            learned &= ~verified
+        p = torch.softmax(target.lm_head(final[learned])[:, SUBSET], -1)
+        q = torch.log_softmax(target.lm_head(pred[0, learned])[:, SUBSET], -1)
         assert parts["ce"] == _close(-(p * q).sum(-1).mean())
     assert 0.0 <= parts["match"] <= 1.0
     loss.backward()  # the gradient reaches the head, never the target's frozen output rows
