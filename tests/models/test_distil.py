@@ -339,12 +339,16 @@ def test_corpus_sequences_learn_the_teacher_argmax_and_skip_held_out_prompts(
 
     rows = [{"id": str(i), "prompt": f"{i % 7 + 4} {i % 5 + 10}", "response": f"{i % 9 + 20} 21"}
             for i in range(30)]  # fmt: skip
-    held = [{"split": "general", "prompt": "4 10"}, {"split": "index", "prompt": "5 11"}]
+    rows += [{"id": "spaced", "prompt": " 4\n 10 ", "response": "20 21"}]  # "4 10" again
+    held = [{"split": "general", "prompt": "4  10"}, {"split": "index", "prompt": "5 11"}]
     exclude = heldout_prompts(held)
-    assert exclude == {"4 10"}
+    assert exclude == {"4 10"}  # whitespace-normalised, as prompt selection compares texts
     seqs = corpus_sequences({"x": rows}, Tok(), [2], exclude=exclude, max_len=40, limit=8, seed=0)
     assert len(seqs) == 8 and len({s.id for s in seqs}) == 8
     assert all(s.ids[1:3] != (4, 10) for s in seqs)
+    everything = corpus_sequences({"x": rows}, Tok(), [2], exclude=exclude, max_len=40,
+                                  limit=100, seed=0)  # fmt: skip
+    assert len(everything) == 31 - 2 and "corpus/x/spaced" not in {s.id for s in everything}
     assert seqs == corpus_sequences({"x": rows}, Tok(), [2], exclude=exclude, max_len=40,
                                     limit=8, seed=0)  # fmt: skip
     # trained on: the CE's labels are the teacher's argmax, not the reference response

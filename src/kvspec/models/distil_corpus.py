@@ -9,12 +9,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvspec.models.distil import Sequence as Seq
+from kvspec.ngram.prompts import prompt_key
 from kvspec.seeds import numpy_generator
 
 
 def heldout_prompts(responses: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The prompt texts of every held-out (non-index) record of a responses file."""
-    return {str(r["prompt"]) for r in responses if r["split"] != "index"}
+    """The prompt texts (`prompt_key`) of every held-out (non-index) record of a responses
+    file."""
+    return {prompt_key(r["prompt"]) for r in responses if r["split"] != "index"}
 
 
 def corpus_sequences(
@@ -28,13 +30,13 @@ def corpus_sequences(
     seed: int,
 ) -> list[Seq]:
     """A seeded choice of `limit` records (over all `datasets`, name -> records with prompt
-    and response) whose prompt is not in `exclude`: prompt + reference response ids, first
-    `max_len` tokens, learned from the last prompt token on."""
+    and response) whose prompt's `prompt_key` is not in `exclude`: prompt + reference
+    response ids, first `max_len` tokens, learned from the last prompt token on."""
     from kvspec.decoding.generate import prompt_ids
     from kvspec.ngram.corpora import sft_response_ids
 
     pool = [(name, r) for name in sorted(datasets) for r in datasets[name]
-            if str(r["prompt"]) not in exclude and r.get("response")]  # fmt: skip
+            if prompt_key(r["prompt"]) not in exclude and r.get("response")]  # fmt: skip
     order = numpy_generator(seed, "distil corpus").permutation(len(pool))[:limit]
     seqs = []
     for i in sorted(order.tolist()):

@@ -5,6 +5,10 @@ of a held-out set (used only for acceptance analysis and speed benchmarks, never
 Index prompts carry a seeded `rank`; the index of fraction f holds the prompts with
 rank < f * n, so the size sweep of thesis Table 4.1 is nested (each index contains the
 smaller ones), like the paper's 50k ... 5M examples.
+
+A prompt text enters once (its first record, in source order; whitespace-normalised): the
+SFT datasets repeat some (ShareGPT's identity chats hold "What is up?" 21 times), and a
+held-out prompt whose text is also indexed would find its own greedy response in the index.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ def select_prompts(
 
     `sources` maps a dataset name to its instruction records ({id, prompt, response}).
     `heldout` maps a set name to {sources: [...], n: int, python_only: bool}; sets are
-    drawn in order, disjointly, before the rest become index prompts. `limit` keeps only
-    that many index prompts (a seeded choice). Raises ValueError if a set cannot be filled.
+    drawn in order, disjointly, before the rest become index prompts; no two records share
+    a prompt text (`distinct_prompts`). `limit` keeps only that many index prompts (a seeded
+    choice). Raises ValueError if a set cannot be filled.
     """
     rng = np.random.default_rng(seed)
     pool = [_record(name, rec) for name, recs in sources.items() for rec in recs]
     _check_unique(pool)
+    pool = distinct_prompts(pool)
     taken: set[str] = set()
     for set_name, spec in heldout.items():
         for rec in _draw_heldout(pool, taken, set_name, spec, rng):
@@ -70,6 +76,23 @@ def _record(source: str, rec: Mapping[str, Any]) -> dict[str, Any]:
         "split": "index",
         "rank": None,
     }
+
+
+def prompt_key(prompt: str) -> str:
+    """A prompt's text with its whitespace normalised: two prompts are one if keys match."""
+    return " ".join(str(prompt).split())
+
+
+def distinct_prompts(pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first record of each prompt text (`prompt_key`), in pool order."""
+    seen: set[str] = set()
+    kept = []
+    for rec in pool:
+        text = prompt_key(rec["prompt"])
+        if text not in seen:
+            seen.add(text)
+            kept.append(rec)
+    return kept
 
 
 def _check_unique(pool: list[dict[str, Any]]) -> None:
