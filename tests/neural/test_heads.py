@@ -131,17 +131,12 @@ def _record_drafts(drafter, method: str) -> list[int]:
     return drafted
 
 
-def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(
-    tmp_path, monkeypatch
-) -> None:
+def _stage_inputs(tmp_path) -> dict[str, str]:
+    """A saved two-layer target (stop token 63) and eight index responses to train on."""
     import json
 
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
-
-    import kvspec.neural.head_train as head_train
-    from kvspec.models.load import load_model
-    from kvspec.neural.heads import head_stats, head_train_stage
 
     model = tiny_llama(1, layers=2).float()
     model.generation_config.eos_token_id = 63
@@ -151,21 +146,37 @@ def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(
     records = [{"id": f"p{i}", "split": "index", "prompt_ids": [1, 2, 3],
                 "response_ids": [7, 7, 7, 9, 9, 11 + i % 2]} for i in range(8)]  # fmt: skip
     (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    inputs = {"target": str(tmp_path / "target"), "responses": str(tmp_path / "r.jsonl")}
+    return {"target": str(tmp_path / "target"), "responses": str(tmp_path / "r.jsonl")}
+
+
+def _train_stage(inputs: dict[str, str], out: str, states: str, **data: object) -> None:
+    from kvspec.neural.heads import head_train_stage
+
+    head_train_stage(
+        inputs, out, drafter={"kind": "eagle"},
+        train={"steps": 2, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
+               "ckpt_every": 1},
+        data={"max_len": 16, "val_fraction": 0.25, "state_cache": states, "state_depth": 1,
+              "state_dtype": "bfloat16", "vocab": 4, **data},
+        loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
+        device="cpu", dtype="float32", seed=0, threads=1,
+    )  # fmt: skip
+
+
+def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(
+    tmp_path, monkeypatch
+) -> None:
+    import kvspec.neural.head_train as head_train
+    from kvspec.models.load import load_model
+    from kvspec.neural.heads import head_stats
+
+    inputs = _stage_inputs(tmp_path)
     out = tmp_path / "head.pt"
     trained_over = []  # the readout the head trained over: the one it is saved with
     real = head_train.train_head
     monkeypatch.setattr(head_train, "train_head", lambda *a, readout=None, **k: (
         trained_over.append(readout), real(*a, readout=readout, **k))[1])  # fmt: skip
-    head_train_stage(
-        inputs, str(out), drafter={"kind": "eagle"},
-        train={"steps": 1, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
-               "ckpt_every": 1},
-        data={"max_len": 16, "val_fraction": 0.25, "state_cache": str(tmp_path / "states"),
-              "state_depth": 1, "state_dtype": "float32", "vocab": 4},
-        loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
-        device="cpu", dtype="float32", seed=0, threads=1,
-    )  # fmt: skip
+    _train_stage(inputs, str(out), str(tmp_path / "states"))
     saved = torch.load(out, weights_only=False)
     # the three most frequent response tokens of the training split (7, 9 and 11 or 12
     # by its draw) and the stop token
@@ -183,6 +194,27 @@ def test_the_training_stage_saves_the_readout_and_loading_rebuilds_it(
     assert two.readout.ids.tolist() == [7, 63]
     full, _ = load_head(out, target, vocab=None)
     assert getattr(full, "readout", None) is None
+
+
+def test_a_stage_without_the_state_cache_trains_the_same_head_and_stores_nothing(
+    tmp_path,
+) -> None:
+    """moa.data.cache_states false (the paper scale) runs the target in every step instead of
+    reading stored states: same head, bit for bit, and no states on disk."""
+    from kvspec.neural.heads import head_stats
+
+    inputs = _stage_inputs(tmp_path)
+    _train_stage(inputs, str(tmp_path / "cached.pt"), str(tmp_path / "a"))
+    _train_stage(inputs, str(tmp_path / "bare.pt"), str(tmp_path / "b"), cache_states=False)
+    cached, bare = (torch.load(tmp_path / n, weights_only=False) for n in ("cached.pt", "bare.pt"))
+    assert cached["state"].keys() == bare["state"].keys()
+    for name, value in cached["state"].items():
+        torch.testing.assert_close(bare["state"][name], value, rtol=0, atol=0)
+    assert [r["val_loss"] for r in cached["curve"]] == [r["val_loss"] for r in bare["curve"]]
+    assert any((tmp_path / "a").rglob("*.pt")) and not (tmp_path / "b").exists()
+    stats = head_stats(tmp_path / "bare.pt")["state_cache"]
+    assert stats["stored"] is False and stats["hits"] == 0 and stats["misses"] > 0
+    assert head_stats(tmp_path / "cached.pt")["state_cache"]["hits"] > 0
 
 
 def test_a_vocabulary_sweep_names_its_methods_and_stays_greedy(target, tmp_path) -> None:

@@ -94,6 +94,20 @@ def test_the_second_job_reads_what_the_first_stored(target, tmp_path) -> None:
     assert (other.hits, other.misses) == (0, 1)
 
 
+def test_a_cache_without_root_stores_nothing_and_rounds_alike(target, tmp_path) -> None:
+    """moa.data.cache_states false (the paper scale): each request runs the target, and its
+    states equal a stored cache's bit for bit, so caching never changes a head's training."""
+    stored = StateCache(tmp_path, target, "w", 1, torch.bfloat16)
+    bare = StateCache(None, target, "w", 1, torch.bfloat16)
+    for _ in range(2):
+        a, b = stored.get(IDS), bare.get(IDS)
+        for x, y in zip((a.kv, *a.hidden), (b.kv, *b.hidden), strict=True):
+            torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert (stored.hits, stored.misses) == (1, 1)
+    assert (bare.hits, bare.misses, bare.size_bytes()) == (0, 2, 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["w-d1-bfloat16"]  # only the stored one
+
+
 def test_computed_and_read_states_are_rounded_alike(target, tmp_path) -> None:
     """A head's training must not depend on which job computed its sequences first."""
     cache = StateCache(tmp_path, target, "w", 0, torch.bfloat16)

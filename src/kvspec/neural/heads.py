@@ -98,7 +98,8 @@ def head_train_stage(
     drafts over, and save it with them, its curve,
     sizes (trainable parameters, relative to one target decoder layer) and training cost.
     The target's states come from the cache `data['state_cache']` (shared by every head of
-    the target; `data['state_depth']` hidden depths in `data['state_dtype']`). With
+    the target; `data['state_depth']` hidden depths in `data['state_dtype']`), or from a
+    target forward per sequence without `data['cache_states']`. With
     `processes` > 1 the head trains data parallel, one process per GPU (gloo on CPU)."""
     if processes > 1:
         if train["batch_size"] < processes:
@@ -146,8 +147,9 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     head = build_head(target, drafter).to(device)
     _check_depth(drafter, data["state_depth"])
     weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
-    cache = StateCache(data["state_cache"], target, weights_fingerprint(inputs["target"]),
-                       data["state_depth"], getattr(torch, data["state_dtype"]))  # fmt: skip
+    root = data["state_cache"] if data.get("cache_states", True) else None
+    cache = StateCache(root, target, weights_fingerprint(inputs["target"]), data["state_depth"],
+                       getattr(torch, data["state_dtype"]))  # fmt: skip
     order = teacher_order(target, train_seqs, None)  # by count in the training responses
     readout = vocabulary_of(target, order, data.get("vocab"))
     t0 = time.perf_counter()
@@ -165,6 +167,7 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
         "processes": world,  # data-parallel processes that trained it
         "train_seconds_this_run": time.perf_counter() - t0,
         "state_cache": {
+            "stored": cache.dir is not None,
             "hits": cache.hits,
             "misses": cache.misses,
             "bytes": cache.size_bytes(),

@@ -10,6 +10,9 @@ stored for the next job (written atomically: parallel jobs may compute the same 
 never read half a file). States are kept in `dtype` (e.g. bfloat16, half the disk of float32)
 whichever way they came, so a head's training does not depend on which job ran first.
 The cache is keyed by the target's weights (a change of model misses every entry).
+Without a root (`moa.data.cache_states: false`, the paper scale, where a cache would hold
+~164 KB per token of Llama-3-8B: hundreds of TB for its training set) nothing is stored and
+every request runs the target's forward, rounded through `dtype` all the same.
 """
 
 from __future__ import annotations
@@ -125,21 +128,24 @@ def sequence_key(ids: list[int]) -> str:
 
 class StateCache:
     """States of training sequences under `root`/<fingerprint>-d<depth>-<dtype>/ (one file
-    per sequence); `get` computes and stores the missing ones."""
+    per sequence); `get` computes and stores the missing ones. With `root` None nothing is
+    stored: every `get` is a miss that runs the target."""
 
-    def __init__(self, root: str | Path, target: nn.Module, fingerprint: str, depth: int,
+    def __init__(self, root: str | Path | None, target: nn.Module, fingerprint: str, depth: int,
                  dtype: torch.dtype) -> None:  # fmt: skip
         name = f"{fingerprint}-d{depth}-{str(dtype).removeprefix('torch.')}"
-        self.dir, self.target, self.depth, self.dtype = Path(root) / name, target, depth, dtype
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = Path(root) / name if root is not None else None
+        self.target, self.depth, self.dtype = target, depth, dtype
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self.model_dtype = next(target.parameters()).dtype
         self.hits = self.misses = 0
 
     def get(self, ids: list[int]) -> TargetStates:
         """The states of sequence `ids`, in the target's dtype (after a round trip through the
         cache's dtype)."""
-        path = self.dir / f"{sequence_key(ids)}.pt"
-        if path.exists():
+        path = self.dir / f"{sequence_key(ids)}.pt" if self.dir is not None else None
+        if path is not None and path.exists():
             self.hits += 1
             saved = torch.load(path, map_location="cpu", weights_only=True)
             states = TargetStates(saved["kv"], tuple(saved["hidden"]))
@@ -147,13 +153,14 @@ class StateCache:
             self.misses += 1
             tokens = torch.tensor([ids], dtype=torch.long)
             states = compute_states(self.target, tokens, self.depth).to(self.dtype)
-            with atomic_path(path) as tmp:  # parallel jobs: never half a file
-                torch.save({"kv": states.kv, "hidden": list(states.hidden)}, tmp)
+            if path is not None:
+                with atomic_path(path) as tmp:  # parallel jobs: never half a file
+                    torch.save({"kv": states.kv, "hidden": list(states.hidden)}, tmp)
         _check_finite(states, self.dtype)
         return states.to(self.model_dtype)
 
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.dir.glob("*.pt"))
+        return sum(p.stat().st_size for p in self.dir.glob("*.pt")) if self.dir else 0
 
 
 def _check_finite(states: TargetStates, dtype: torch.dtype) -> None:
