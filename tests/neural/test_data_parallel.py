@@ -42,7 +42,7 @@ def _train(inputs, tmp_path, kind: str, processes: int) -> dict:
         train={"steps": 6, "batch_size": 4, "lr": 3e-3, "warmup_steps": 1, "eval_every": 3,
                "ckpt_every": 3},
         data={"max_len": 32, "val_fraction": 0.25, "state_cache": str(tmp_path / "states"),
-              "state_depth": 3, "state_dtype": "float32"},
+              "cache_states": True, "state_depth": 3, "state_dtype": "float32"},
         loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
         device="cpu", dtype="float32", seed=0, threads=2, processes=processes,
     )  # fmt: skip

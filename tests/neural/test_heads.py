@@ -156,8 +156,8 @@ def _train_stage(inputs: dict[str, str], out: str, states: str, **data: object) 
         inputs, out, drafter={"kind": "eagle"},
         train={"steps": 2, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
                "ckpt_every": 1},
-        data={"max_len": 16, "val_fraction": 0.25, "state_cache": states, "state_depth": 1,
-              "state_dtype": "bfloat16", "vocab": 4, **data},
+        data={"max_len": 16, "val_fraction": 0.25, "state_cache": states, "cache_states": True,
+              "state_depth": 1, "state_dtype": "bfloat16", "vocab": 4, **data},
         loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
         device="cpu", dtype="float32", seed=0, threads=1,
     )  # fmt: skip

@@ -538,6 +538,14 @@ def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
     assert moa.data_of(second)["state_cache"] == f"results/moa/{alt}/states"
 
 
+def test_moa_heads_cache_the_targets_states_except_at_paper_scale(plans) -> None:
+    """~164 KB per token of Llama-3-8B: the paper scale computes states in every step."""
+    main = SimpleNamespace(model="target")
+    assert plans["config"].moa.data_of(main)["cache_states"] is True
+    assert plans["ci"].moa.data_of(main)["cache_states"] is True
+    assert plans["paper"].moa.data_of(main)["cache_states"] is False
+
+
 def test_generate_responses_goes_to_vllm_as_configured(configs, schema) -> None:
     """The paper scale generates with vLLM (its environment's python, tensor parallel over the
     resource model's GPUs, compiled unless `vllm_eager`); the CPU scales with HF generate."""

@@ -147,7 +147,7 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     head = build_head(target, drafter).to(device)
     _check_depth(drafter, data["state_depth"])
     weights = HeadLoss(loss["lambda_kl"], loss["lambda_reg"], tuple(loss["periods"]))
-    root = data["state_cache"] if data.get("cache_states", True) else None
+    root = data["state_cache"] if data["cache_states"] else None
     cache = StateCache(root, target, weights_fingerprint(inputs["target"]), data["state_depth"],
                        getattr(torch, data["state_dtype"]))  # fmt: skip
     order = teacher_order(target, train_seqs, None)  # by count in the training responses
