@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from .second_device import second_device  # noqa: F401 (a fixture: a second torch device)
+
 REPO = Path(__file__).resolve().parents[1]
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs two workers on two cores: one
     import torch  # thread each, or four threads contend for two cores

@@ -12,6 +12,7 @@ from kvspec.decoding.loop import greedy_generate
 from kvspec.neural.heads import build_head, load_head, neural_methods
 from kvspec.ngram.methods import DecodeSettings, Setup
 
+from ..second_device import on_device
 from ..tiny import tiny_llama
 
 DRAFTERS = {
@@ -149,17 +150,24 @@ def _stage_inputs(tmp_path) -> dict[str, str]:
     return {"target": str(tmp_path / "target"), "responses": str(tmp_path / "r.jsonl")}
 
 
-def _train_stage(inputs: dict[str, str], out: str, states: str, **data: object) -> None:
+def _train_stage(
+    inputs: dict[str, str],
+    out: str,
+    states: str,
+    drafter: dict | None = None,
+    device: str = "cpu",
+    **data: object,
+) -> None:
     from kvspec.neural.heads import head_train_stage
 
     head_train_stage(
-        inputs, out, drafter={"kind": "eagle"},
+        inputs, out, drafter=drafter or {"kind": "eagle"},
         train={"steps": 2, "batch_size": 2, "lr": 1e-3, "warmup_steps": 0, "eval_every": 1,
                "ckpt_every": 1},
         data={"max_len": 16, "val_fraction": 0.25, "state_cache": states, "cache_states": True,
               "state_depth": 1, "state_dtype": "bfloat16", "vocab": 4, **data},
         loss={"lambda_kl": 0.1, "lambda_reg": 1.0, "periods": [5, 15]},
-        device="cpu", dtype="float32", seed=0, threads=1,
+        device=device, dtype="float32", seed=0, threads=1,
     )  # fmt: skip
 
 
@@ -260,3 +268,43 @@ def test_heads_of_a_packed_target_are_packed_and_every_method_is_greedy(tmp_path
     for name, method in methods.items():
         for prompt in ([3, 17, 5, 9, 21], [5, 5, 5, 5]):
             assert method(prompt).tokens == greedy_generate(target, prompt, 12), name
+
+
+@pytest.mark.parametrize("name", sorted(DRAFTERS))
+def test_the_training_stage_trains_on_a_model_s_device_the_head_it_trains_on_the_cpu(
+    name, tmp_path, second_device
+) -> None:
+    """The paper scale trains heads on GPUs: on a second device (tests/second_device.py),
+    every tensor the stage builds beside the target goes to the target's device, the state
+    cache is written and read back there, and the head, its checkpoint and its states reach
+    the disk from the CPU; the head equals the one trained on the CPU."""
+    inputs = _stage_inputs(tmp_path)
+    for device in ("cpu", second_device):
+        _train_stage(inputs, str(tmp_path / f"{device}.pt"), str(tmp_path / device),
+                     DRAFTERS[name], device)  # fmt: skip
+    on_cpu, moved = (torch.load(tmp_path / f"{d}.pt", weights_only=False)
+                     for d in ("cpu", second_device))  # fmt: skip
+    assert on_device(moved) == {"cpu"}
+    assert moved["stats"]["state_cache"]["hits"] > 0  # states written, then read back
+    for key, value in on_cpu["state"].items():
+        torch.testing.assert_close(moved["state"][key], value, rtol=1e-4, atol=1e-5)
+    for a, b in zip(on_cpu["curve"], moved["curve"], strict=True):
+        assert b["val_loss"] == pytest.approx(a["val_loss"], rel=1e-4)
+
+
+def test_every_method_drafts_on_a_model_s_device_and_stays_greedy_decoding(
+    second_device,
+) -> None:
+    """The benchmark's chain and tree methods of every head with the target and the heads on
+    a second device: the tokens of greedy decoding on the CPU."""
+    reference = tiny_llama(0, layers=3)
+    target = tiny_llama(0, layers=3).to(second_device)
+    torch.manual_seed(4)
+    heads = {n: (build_head(target, d).to(second_device).eval(), d) for n, d in DRAFTERS.items()}
+    setup = Setup(target, [], 6, DecodeSettings.defaults(k=4, draft_k=4))
+    methods = neural_methods(setup, heads, 2, {"depth": 2, "topk": 2, "total": 3})
+    prompt = [3, 17, 5, 9, 21]
+    expected = greedy_generate(reference, prompt, 6)
+    assert greedy_generate(target, prompt, 6) == expected
+    for name, method in methods.items():
+        assert method(prompt).tokens == expected, name

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from kvspec.devices import to_cpu
 from kvspec.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def save_state(path: Path, model, opt, step: int, curve: list[dict], tag: str) -
     """Write model + optimizer state, step and curve atomically (a crash leaves the old one)."""
     state = {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}
     with atomic_path(path) as tmp:
-        torch.save({**state, "curve": curve, "tag": tag}, tmp)
+        torch.save(to_cpu({**state, "curve": curve, "tag": tag}), tmp)
 
 
 def load_state(path: Path | None, model, opt, tag: str) -> tuple[int, list[dict]]:

@@ -200,7 +200,8 @@ class EagleTreeDrafter(EagleDrafter):
 
         def feed(tree: DraftTree, nodes: list[int]) -> torch.Tensor:
             past = self.cache.get_seq_length()
-            mask = additive_mask(tree_rows(tree, nodes, fed, past), past, last.dtype, prefix=n)
+            rows = tree_rows(tree, nodes, fed, past)
+            mask = additive_mask(rows, past, last.dtype, prefix=n).to(last.device)
             depths = tree.depths()
             feats = torch.cat([outs.get(tree.parents[v], last) for v in nodes], dim=1)
             ids = torch.tensor([[tree.tokens[v] for v in nodes]], device=last.device)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from kvspec.devices import input_device, param_device
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
 from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.models.parallel import rank_and_world
@@ -53,7 +54,7 @@ def sequence_loss(kind: str, head: nn.Module, target: nn.Module, seq: Sequence,
     """The loss of one sequence: MoA and Independent from its first learned position on,
     EAGLE on every position (its features are all the target's); over the tokens of
     `readout` (None: every token)."""
-    ids = torch.tensor([seq.ids], dtype=torch.long)
+    ids = torch.tensor([seq.ids], dtype=torch.long, device=input_device(target))
     known = states(seq.ids)
     if kind == "independent":
         from kvspec.neural.independent import independent_loss
@@ -159,7 +160,9 @@ def _step_means(head: nn.Module, sums: dict[str, float], n: int, world: int) -> 
                 p.grad = torch.zeros_like(p)
             dist.all_reduce(p.grad)
     keys = sorted(sums)
-    totals = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+    totals = torch.tensor(
+        [sums[k] for k in keys], dtype=torch.float64, device=param_device(head)
+    )  # NCCL reduces on the GPU
     dist.all_reduce(totals)
     return {k: float(v) / n for k, v in zip(keys, totals, strict=True)}
 

@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 from torch import nn
 
+from kvspec.devices import to_cpu
 from kvspec.io import atomic_path, write_json, write_text
 from kvspec.provenance import provenance
 from kvspec.seeds import derive
@@ -179,9 +180,10 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     if rank > 0:  # the first process writes
         return
     with atomic_path(out) as tmp:
-        torch.save({"drafter": dict(drafter), "state": head.state_dict(), "readout": readout,
-                    "order": torch.tensor(order, dtype=torch.int32), "curve": curve, "stats": stats,
-                    "provenance": provenance({"drafter": dict(drafter)})}, tmp)  # fmt: skip
+        torch.save(to_cpu({"drafter": dict(drafter), "state": head.state_dict(),
+                           "readout": readout, "order": torch.tensor(order, dtype=torch.int32),
+                           "curve": curve, "stats": stats,
+                           "provenance": provenance({"drafter": dict(drafter)})}), tmp)  # fmt: skip
     Path(f"{out}.ckpt").unlink(missing_ok=True)
 
 

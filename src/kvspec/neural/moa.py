@@ -58,6 +58,7 @@ from kvspec.decoding.tree import (
     tree_rows,
     tree_shape,
 )
+from kvspec.devices import input_device
 from kvspec.models.draft_vocab import readout_of
 from kvspec.neural.target_states import (
     Readout,
@@ -246,7 +247,9 @@ def rope_theta(config: Any) -> float:
     return float(params.get("rope_theta", getattr(config, "rope_theta", 10000.0)))
 
 
-def verification(n: int, prompt: int, period: int) -> tuple[torch.Tensor, torch.Tensor]:
+def verification(
+    n: int, prompt: int, period: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Which of n positions the target verified in training (every prompt position, then every
     `period`-th response position) and, for each position i, the last verified position
     before i (-1 for none): what a query at i may see.  # (n,) bool, (n,) long"""
@@ -255,7 +258,7 @@ def verification(n: int, prompt: int, period: int) -> tuple[torch.Tensor, torch.
     for i in range(n):
         bound.append(last)
         last = i if verified[i] else last
-    return torch.tensor(verified), torch.tensor(bound)
+    return torch.tensor(verified, device=device), torch.tensor(bound, device=device)
 
 
 def moa_forward(head: MoAHead, target: nn.Module, tokens: torch.Tensor,
@@ -309,14 +312,15 @@ def moa_loss(head: MoAHead, target: nn.Module, tokens: torch.Tensor, first: int,
     states = states or compute_states(target, tokens, tli)
     readout = readout or target_readout(target)
     kv, truth, final = states.kv, states.hidden[tli], states.final  # (1, T, ...)
-    verified, bound = verification(tokens.shape[1], first, rng.randint(*periods))
+    t, device = tokens.shape[1], tokens.device
+    verified, bound = verification(t, first, rng.randint(*periods), device)
     pred = moa_forward(head, target, tokens, kv, bound, final)
-    rows = torch.arange(tokens.shape[1]) >= max(first, 1)
+    rows = torch.arange(t, device=device) >= max(first, 1)
     if tli:  # verified positions enter the last layers as the target's own activations
         rows &= ~verified
         reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
         mixed = torch.where(verified[None, :, None], truth, pred)
-        pred = finish(target, tli, mixed, torch.arange(tokens.shape[1])[None])
+        pred = finish(target, tli, mixed, torch.arange(t, device=device)[None])
         reg = (reg + F.smooth_l1_loss(pred[0, rows], final[0, rows])) / 2
     else:
         reg = F.smooth_l1_loss(pred[0, rows], truth[0, rows])
@@ -337,8 +341,10 @@ class MoADrafter:
     def __init__(self, head: MoAHead, target: nn.Module) -> None:
         self.head, self.target = head.eval(), target
         self.tli = head.size.tli
-        dtype = next(target.parameters()).dtype
-        self.lsa = torch.zeros(1, 0, target.config.hidden_size, dtype=dtype)  # CA's, verified
+        dtype, self.device = next(target.parameters()).dtype, input_device(target)
+        self.lsa = torch.zeros(
+            1, 0, target.config.hidden_size, dtype=dtype, device=self.device
+        )  # CA's vectors of the verified positions
         self.cache: Any = None  # the target's cache (observe_cache)
         self.features: list[torch.Tensor] = []  # state "o": features of committed positions
         self.sa_cache: Any = None
@@ -410,8 +416,8 @@ class MoADrafter:
         self._crop_tli(len(context) - 1)
 
     def _queries(self, tokens: list[int], start: int) -> torch.Tensor:
-        ids = torch.tensor([tokens], dtype=torch.long)
-        positions = torch.arange(start, start + len(tokens))[None]
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        positions = torch.arange(start, start + len(tokens), device=self.device)[None]
         embeds = self.target.get_input_embeddings()(ids)
         return self.head.queries(embeds, positions, self.sa_cache)
 
@@ -423,19 +429,20 @@ class MoADrafter:
         """The final activation drafted for the query q (1, 1, H) at `position`: CA over every
         verified LSA vector, then the target's last TLI layers (their cache grows by one).
         # (1, 1, H)"""
-        return self.activations(q, torch.tensor([[position]]))
+        return self.activations(q, torch.tensor([[position]], device=self.device))
 
     def activations(self, q: torch.Tensor, positions: torch.Tensor,
                     tli_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """`activation` for queries q (1, m, H) at positions (1, m); the TLI layers see their
         cache and these queries through `tli_mask` (default causal).  # (1, m, H)"""
         m = q.shape[1]
-        kv_pos = torch.arange(self.lsa.shape[1])[None]
-        allowed = torch.ones(1, m, self.lsa.shape[1], dtype=torch.bool)
+        kv_pos = torch.arange(self.lsa.shape[1], device=self.device)[None]
+        allowed = torch.ones(1, m, self.lsa.shape[1], dtype=torch.bool, device=self.device)
         pred = self.head.ca(q, positions, self.lsa, kv_pos, allowed)
         if self.tli:
             past = self.cache.layers[-1].get_seq_length()
-            mask = tli_mask if tli_mask is not None else causal_mask(past, m, pred.dtype)
+            mask = (tli_mask if tli_mask is not None
+                    else causal_mask(past, m, pred.dtype).to(self.device))  # fmt: skip
             pred = finish(self.target, self.tli, pred, positions, self.cache, mask)
         return pred
 
@@ -468,8 +475,8 @@ class MoATreeDrafter(MoADrafter):
 
         def feed(tree: DraftTree, nodes: list[int]) -> torch.Tensor:
             depths = tree.depths()
-            positions = torch.tensor([[n + depths[v] for v in nodes]])
-            ids = torch.tensor([[tree.tokens[v] for v in nodes]])
+            positions = torch.tensor([[n + depths[v] for v in nodes]], device=self.device)
+            ids = torch.tensor([[tree.tokens[v] for v in nodes]], device=self.device)
             embeds = self.target.get_input_embeddings()(ids)
             q = self.head.queries(
                 embeds,
@@ -490,4 +497,5 @@ class MoATreeDrafter(MoADrafter):
         n + 1 context positions and their fed ancestors."""
         past = cache.layers[layer].get_seq_length()
         rows = tree_rows(tree, nodes, fed, past)
-        return additive_mask(rows, past, next(self.head.parameters()).dtype, prefix=n + 1)
+        dtype = next(self.head.parameters()).dtype
+        return additive_mask(rows, past, dtype, prefix=n + 1).to(self.device)

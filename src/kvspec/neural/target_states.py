@@ -22,11 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache
 
+from kvspec.devices import input_device, to_cpu
 from kvspec.io import atomic_path
 
 
@@ -43,8 +45,9 @@ class TargetStates:
     def final(self) -> torch.Tensor:
         return self.hidden[0]
 
-    def to(self, dtype: torch.dtype) -> TargetStates:
-        return TargetStates(self.kv.to(dtype), tuple(h.to(dtype) for h in self.hidden))
+    def to(self, dtype_or_device: torch.dtype | torch.device) -> TargetStates:
+        to = dtype_or_device
+        return TargetStates(self.kv.to(to), tuple(h.to(to) for h in self.hidden))
 
 
 @torch.no_grad()
@@ -123,7 +126,7 @@ def weights_fingerprint(model_dir: str | Path) -> str:
 
 
 def sequence_key(ids: list[int]) -> str:
-    return hashlib.sha256(torch.tensor(ids, dtype=torch.int64).numpy().tobytes()).hexdigest()[:24]
+    return hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:24]
 
 
 class StateCache:
@@ -139,6 +142,7 @@ class StateCache:
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.model_dtype = next(target.parameters()).dtype
+        self.device = input_device(target)
         self.hits = self.misses = 0
 
     def get(self, ids: list[int]) -> TargetStates:
@@ -148,14 +152,14 @@ class StateCache:
         if path is not None and path.exists():
             self.hits += 1
             saved = torch.load(path, map_location="cpu", weights_only=True)
-            states = TargetStates(saved["kv"], tuple(saved["hidden"]))
+            states = TargetStates(saved["kv"], tuple(saved["hidden"])).to(self.device)
         else:
             self.misses += 1
-            tokens = torch.tensor([ids], dtype=torch.long)
+            tokens = torch.tensor([ids], dtype=torch.long, device=self.device)
             states = compute_states(self.target, tokens, self.depth).to(self.dtype)
             if path is not None:
                 with atomic_path(path) as tmp:  # parallel jobs: never half a file
-                    torch.save({"kv": states.kv, "hidden": list(states.hidden)}, tmp)
+                    torch.save(to_cpu({"kv": states.kv, "hidden": list(states.hidden)}), tmp)
         _check_finite(states, self.dtype)
         return states.to(self.model_dtype)
 
