@@ -160,6 +160,39 @@ def test_stages_end_to_end(tmp_path, saved) -> None:
         allocate_stage(str(factors), "greedy", 4, str(tmp_path / "x.json"))
 
 
+def test_calibration_and_scoring_on_a_second_device_equal_the_cpu_s(
+    tmp_path, saved, second_device
+) -> None:
+    """The covariance and evaluate rules' entry points with the model on another device
+    (the paper scale's GPUs; tests/second_device.py): the same statistics and scores."""
+    from kvspec.care.covariance import load_stats
+
+    data = _jsonl(tmp_path / "c.jsonl", [{"id": str(i), "text": f"{TEXT} {i}"} for i in range(40)])
+    text = [{"id": str(i), "text": f"{TEXT} number {i} and more words"} for i in range(3)]
+    tasks = {"wiki": {"metric": "word_perplexity", "template": "kvspec_wikitext2",
+                      "data": str(_jsonl(tmp_path / "t.jsonl", text)), "lm_eval": None,
+                      "limit": 2, "max_words": None}}  # fmt: skip
+    task_dir = str(Path(__file__).parents[2] / "config" / "lm_eval_tasks")
+    calib = {"n_samples": 4, "seq_len": 16, "batch_size": 2}
+    stats, scores = {}, {}
+    for device in ("cpu", second_device):
+        cov = tmp_path / f"{device}.safetensors"
+        covariance_stage(str(saved), str(data), str(cov), kind="text", calib=calib, seed=0,
+                         device=device)  # fmt: skip
+        stats[device] = load_stats(cov)
+        out = tmp_path / f"{device}.json"
+        settings = {"batch_size": 2, "max_length": 64, "seed": 0, "dtype": "float32",
+                    "device": device}  # fmt: skip
+        evaluate_stage(str(saved), str(out), tasks=tasks, task_dir=task_dir, settings=settings,
+                       meta={"model": "target", "variant": "original"}, threads=1)  # fmt: skip
+        scores[device] = json.loads(out.read_text())["metrics"]["wiki"]["value"]
+    assert scores[second_device] == pytest.approx(scores["cpu"], rel=1e-5)
+    cpu, moved = stats["cpu"], stats[second_device]
+    assert moved.count == cpu.count
+    for a, b in zip(cpu.cov + cpu.mean_abs, moved.cov + moved.mean_abs, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
 def test_evaluate_stage_loads_the_settings_dtype(tmp_path, saved) -> None:
     """The evaluate rules' entry point scores the model in `settings.dtype` (eval.dtype): the
     record says so, and bfloat16 perplexity stays near float32's on the same documents."""

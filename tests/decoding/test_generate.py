@@ -137,8 +137,14 @@ def test_heldout_sets_are_disjoint_and_never_indexed():
 def test_a_repeated_prompt_text_enters_once_so_no_held_out_prompt_is_indexed():
     sources = _sources()
     # ShareGPT's identity chats repeat their first turn; whitespace differences do not count
-    sources["sharegpt"] = [{"id": f"identity_{i}", "prompt": "What is up?" if i % 2 else
-                            " What  is\nup? ", "response": f"Hi {i}"} for i in range(40)]
+    sources["sharegpt"] = [
+        {
+            "id": f"identity_{i}",
+            "prompt": "What is up?" if i % 2 else " What  is\nup? ",
+            "response": f"Hi {i}",
+        }
+        for i in range(40)
+    ]
     sources["alpaca"] += [{"id": "dup", "prompt": "Tell me about topic 3", "response": "B."}]
     heldout = {"general": {"sources": ["alpaca", "codealpaca", "sharegpt"], "n": 40}}
     for seed in range(5):
@@ -147,7 +153,8 @@ def test_a_repeated_prompt_text_enters_once_so_no_held_out_prompt_is_indexed():
         assert len(texts) == len(set(texts)) == 30 + 50 + 1
         held = {t for t, r in zip(texts, recs, strict=True) if r["split"] == "general"}
         assert len(held) == 40 and not held & {
-            t for t, r in zip(texts, recs, strict=True) if r["split"] == "index"}
+            t for t, r in zip(texts, recs, strict=True) if r["split"] == "index"
+        }
     firsts = {r["id"]: r for r in select_prompts(sources, {}, seed=0)}
     assert "sharegpt/identity_0" in firsts and "sharegpt/identity_1" not in firsts
     assert "alpaca/3" in firsts and "alpaca/dup" not in firsts  # the first in source order

@@ -365,7 +365,12 @@ def test_corpus_sequences_learn_the_teacher_argmax_and_skip_held_out_prompts(
 # ---------------------------------------------------------------- stage
 
 
-def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("on", ["cpu", "second device"])
+def test_distil_stage_writes_model_with_teacher_tokenizer(
+    on: str, tmp_path: Path, monkeypatch, request
+) -> None:
+    """The rule's entry point, with the teacher on the CPU and on a second torch device
+    (tests/second_device.py: the paper scale distils on GPUs)."""
     from transformers import AutoTokenizer
 
     from kvspec.decoding.generate import prompt_ids
@@ -374,6 +379,7 @@ def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path, monkey
     from kvspec.models.stages import distil_stage
     from kvspec.models.tokenizer import train_tokenizer
 
+    device = "cpu" if on == "cpu" else request.getfixturevalue("second_device")
     tok = train_tokenizer(["def f(x): return x + 1\n" * 20, "hello world " * 20], 300, 64)
     arch = {**ARCH, "hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2}
     teacher = build_model(arch, tok, seed=0).eval()
@@ -403,6 +409,7 @@ def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path, monkey
         teacher=str(teacher_dir), responses=str(responses), decl=decl, seed=0, threads=1,
         out_model=str(out / "draft"), out_curve=str(out / "curve.csv"),
         out_stats=str(out / "stats.json"), checkpoint=str(ckpt), corpus={"sft": str(corpus)},
+        device=device,
     )  # fmt: skip
     model, _ = load_model(out / "draft")
     assert model.config.hidden_size == 16 and model.config.vocab_size == teacher.config.vocab_size
@@ -423,7 +430,7 @@ def test_distil_stage_writes_model_with_teacher_tokenizer(tmp_path: Path, monkey
         decl={**decl, "train": {**decl["train"], "steps": 2}}, seed=0, threads=1,
         out_model=str(out / "draft2"), out_curve=str(out / "curve2.csv"),
         out_stats=str(out / "stats2.json"), checkpoint=str(ckpt.with_name("draft2.pt")),
-        corpus={"sft": str(corpus)},
+        corpus={"sft": str(corpus)}, device=device,
     )  # fmt: skip
     assert (out / "draft2").is_dir()
 

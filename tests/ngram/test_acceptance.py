@@ -136,6 +136,19 @@ def test_expected_accepted_equals_measured_speculation(setup):
         assert expected_accepted_tokens(records, k=4) == pytest.approx(measured)
 
 
+def test_acceptance_rows_of_a_target_on_a_second_device_are_the_cpu_s(setup, second_device):
+    """The acceptance rule's rows with the target on another device (the paper scale's GPU;
+    tests/second_device.py)."""
+    import pandas as pd
+
+    from kvspec.ngram.acceptance import acceptance_rows
+
+    target, engine, prompts, outputs = setup
+    items = [(str(i), p, o) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))]
+    moved = acceptance_rows(tiny_llama(0).to(second_device), engine, items)
+    pd.testing.assert_frame_equal(moved, acceptance_rows(target, engine, items), rtol=1e-6)
+
+
 class _FromReferenceIds(torch.nn.Module):
     """The target fed reference ids: maps them to model ids first, so p stays the same."""
 

@@ -78,10 +78,10 @@ def _recording(drafter):
     return drafts
 
 
-def _drafter(name: str, head_files, tree: bool):
+def _drafter(name: str, head_files, tree: bool, device: str = "cpu"):
     from kvspec.neural.heads import load_head
 
-    target = tree_llama(0, layers=3)
+    target = tree_llama(0, layers=3).to(device)
     head, decl = load_head(head_files[name], target)
     return target, make_drafter(decl["kind"], head, target, TREE if tree else None), decl["kind"]
 
@@ -104,6 +104,23 @@ def test_remote_drafts_equal_local_drafts_and_tokens_equal_greedy(served, head_f
     assert out.tokens == expected and out.disconnected is None
     assert remote_drafts == local_drafts and out.calls == len(steps)
     assert out.nodes[1:] == [s.drafted for s in steps]
+
+
+@pytest.mark.parametrize("name", ["moa0", "moa1", "eagle"])
+def test_a_client_on_a_second_device_drafts_what_local_drafting_drafts(
+    served, head_files, name, second_device
+) -> None:
+    """The client's target layers and head on another device than the payload's arrival
+    (tests/second_device.py): the received blocks go to the drafter's device, and its drafts
+    are local drafting's on the CPU."""
+    target, local, kind = _drafter(name, head_files, False)
+    local_drafts = _recording(local)
+    expected, _ = speculative_generate(target, PROMPT, local, NEW, 3)
+    _, remote, _ = _drafter(name, head_files, False, second_device)
+    remote_drafts = _recording(remote)
+    out = remote_generate(served, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
+                          head=name if kind == "moa" else None)  # fmt: skip
+    assert out.tokens == expected and remote_drafts == local_drafts
 
 
 @pytest.mark.parametrize("name", ["moa1", "eagle", "independent"])

@@ -40,6 +40,20 @@ def test_samples_are_seeded(models, kind: str) -> None:
     assert len(sampler([4, 5], 3).tokens) == 10
 
 
+@pytest.mark.parametrize("kind", ["classical", "sd", "sd_printed", "three_model"])
+def test_models_on_a_second_device_draw_the_cpu_s_samples(kind: str, second_device) -> None:
+    """The paper scale samples on GPUs: with every model on a second torch device
+    (tests/second_device.py) a seeded sample is the CPU's, token for token."""
+
+    def models(device: str) -> dict:
+        return {n: tiny_llama(i, vocab=32).to(device)
+                for i, n in enumerate(("target", "draft", "mid"))}  # fmt: skip
+
+    s = Settings(10, temperature=0.9, top_p=0.9, k=2)
+    on_cpu = make_sampler(kind, models("cpu"), s)([4, 5], 3)
+    assert make_sampler(kind, models(second_device), s)([4, 5], 3).tokens == on_cpu.tokens
+
+
 def test_speculative_counts(models) -> None:
     s = make_sampler("sd", models, Settings(16, temperature=1.0, k=4))([1, 2], 0)
     assert 0 <= s.accepted <= s.drafted and 0 <= s.passing <= s.drafted and s.drafted > 0

@@ -191,10 +191,11 @@ def build_student(
     if init == "pca":
         with torch.no_grad():
             emb = teacher.get_input_embeddings().weight
-            student.get_input_embeddings().weight.copy_(principal_projection(emb, arch["hidden"]))
+            rows = principal_projection(emb, arch["hidden"]).cpu()  # the student is built there
+            student.get_input_embeddings().weight.copy_(rows)
             if not student.config.tie_word_embeddings:
                 out = teacher.get_output_embeddings().weight
-                head = principal_projection(out, arch["hidden"])
+                head = principal_projection(out, arch["hidden"]).cpu()
                 student.get_output_embeddings().weight.copy_(head)
     return student.train()
 

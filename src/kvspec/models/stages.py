@@ -131,7 +131,7 @@ def distil_stage(
     extra = _corpus(corpus or {}, records, tokenizer, model, decl["data"], seed)
     student, curve, stats = distil_model(model, records, decl, seed, checkpoint, extra)
     with atomic_path(out_model) as tmp:
-        student.save_pretrained(tmp)
+        student.cpu().save_pretrained(tmp)  # from the CPU, whatever device trained it
         tokenizer.save_pretrained(tmp)
     write_text(out_curve, pd.DataFrame(curve).to_csv(index=False))
     write_json(out_stats, {**stats, "provenance": provenance(decl, teacher=teacher)})

@@ -67,11 +67,15 @@ def _numpy(x: torch.Tensor) -> np.ndarray:
     return x.detach().to(torch.float64).cpu().numpy()
 
 
+def _tensor(block: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """A received block on the device and in the dtype of the drafter's tensor `like`."""
+    return torch.from_numpy(block).to(device=like.device, dtype=like.dtype)
+
+
 def client_receive(kind: str, drafter: Any, blocks: list[np.ndarray], start: int) -> None:
     """Hand the drafter the payload of the positions from `start` on."""
     if kind == "eagle":
-        dtype = next(drafter.head.parameters()).dtype
-        drafter.observe(torch.from_numpy(blocks[0]).to(dtype), start)
+        drafter.observe(_tensor(blocks[0], next(drafter.head.parameters())), start)
     elif kind == "moa":
         receive_moa(drafter, blocks, start)
 
@@ -82,8 +86,7 @@ def receive_moa(drafter: Any, blocks: list[np.ndarray], start: int) -> None:
     `MoADrafter.observe_cache` would compute them from the target's cache."""
     from transformers import DynamicCache
 
-    dtype = drafter.lsa.dtype
-    first = torch.from_numpy(blocks[0]).to(dtype)  # (A, 2·E_kv) or (A, E)
+    first = _tensor(blocks[0], drafter.lsa)  # (A, 2·E_kv) or (A, E)
     if drafter.head.lsa is None:
         drafter.observe(first, start)
         memory = first
@@ -93,7 +96,7 @@ def receive_moa(drafter: Any, blocks: list[np.ndarray], start: int) -> None:
     if drafter.cache is None:
         drafter.cache = DynamicCache()
     if drafter.tli:
-        _extend_tli(drafter, torch.from_numpy(blocks[1]).to(dtype), start)
+        _extend_tli(drafter, _tensor(blocks[1], drafter.lsa), start)
 
 
 def _extend_tli(drafter: Any, rows: torch.Tensor, start: int) -> None:
