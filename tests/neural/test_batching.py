@@ -54,14 +54,20 @@ def files(tmp_path_factory) -> dict[str, str]:
                      "index_target_stats": str(root / "index.json")}  # fmt: skip
 
 
-def test_every_method_and_batch_size_serves_every_request_exactly(files, tmp_path: Path) -> None:
+@pytest.mark.parametrize("on", ["cpu", "second device"])
+def test_every_method_and_batch_size_serves_every_request_exactly(
+    on: str, files, tmp_path: Path, request
+) -> None:
+    """On the CPU and with the target and heads on a second torch device (the paper scale's
+    GPU; tests/second_device.py)."""
+    device = "cpu" if on == "cpu" else request.getfixturevalue("second_device")
     out = tmp_path / "batching.json"
     decode = schema_defaults("spec", "decode") | {"k": 3, "confidence": 0.0, "min_match": 1}
     bench = {"name": "humaneval", "prompts": "humaneval", "kind": "code", "n": 3}
     batching_stage(files, str(out), model="target", drafters=list(HEADS),
                    baselines=["sd_infgram_target", "sd_prompt_lookup"], bench=bench,
                    new_tokens=7, slots=[1, 2], chain_k=3, decode=decode, max_support=100,
-                   device="cpu", dtype="float64", linear="torch", seed=0, threads=1)  # fmt: skip
+                   device=device, dtype="float64", linear="torch", seed=0, threads=1)  # fmt: skip
     record = json.loads(out.read_text())
     rows = {(r["method"], r["slots"]): r for r in record["rows"]}
     methods = ["greedy", "sd_infgram_target", "sd_prompt_lookup", *HEADS]
