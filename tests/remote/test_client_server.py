@@ -123,6 +123,39 @@ def test_a_client_on_a_second_device_drafts_what_local_drafting_drafts(
     assert out.tokens == expected and remote_drafts == local_drafts
 
 
+def test_a_server_on_a_second_device_verifies_what_the_cpu_verifies(
+    target_dir, head_files, tmp_path, second_device
+) -> None:
+    """The paper scale's server holds the target on a GPU (`--device cuda`): with the target and
+    the MoA heads on a second torch device (tests/second_device.py), served in this process,
+    every kind's lossless client drafts what local drafting on the CPU drafts."""
+    from kvspec.remote.server import serve
+
+    names = ["moa0", "moa1", "eagle", "independent"]
+    port_file = tmp_path / "port"
+    heads = {n: f for n, f in head_files.items() if n.startswith("moa")}
+    thread = threading.Thread(target=serve, args=(target_dir, str(port_file)), daemon=True,
+                              kwargs={"sessions": len(names), "heads": heads,
+                                      "device": second_device})  # fmt: skip
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not port_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    address = ("127.0.0.1", int(port_file.read_text()))
+    for name in names:
+        target, local, kind = _drafter(name, head_files, False)
+        local_drafts = _recording(local)
+        expected, _ = speculative_generate(target, PROMPT, local, NEW, 3)
+        _, remote, _ = _drafter(name, head_files, False)
+        remote_drafts = _recording(remote)
+        out = remote_generate(address, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
+                              head=name if kind == "moa" else None)  # fmt: skip
+        assert out.disconnected is None and out.calls > 1, name
+        assert out.tokens == expected and remote_drafts == local_drafts, name
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
 @pytest.mark.parametrize("name", ["moa1", "eagle", "independent"])
 def test_quantised_payloads_keep_greedy_tokens_and_follow_table_7(served, head_files,
                                                                   name) -> None:  # fmt: skip
