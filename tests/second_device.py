@@ -58,6 +58,9 @@ def second_device(monkeypatch) -> Iterator[str]:
 
 def on_device(tree: object) -> set[str]:
     """The device types of every tensor in a nested dict / list / tuple."""
-    from torch.utils._pytree import tree_leaves
-
-    return {t.device.type for t in tree_leaves(tree) if isinstance(t, torch.Tensor)}
+    if isinstance(tree, torch.Tensor):
+        return {tree.device.type}
+    parts = tree.values() if isinstance(tree, dict) else tree
+    if isinstance(tree, (dict, list, tuple)):
+        return set().union(*(on_device(p) for p in parts))
+    return set()

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_map
 
 
 def input_device(model: nn.Module) -> torch.device:
@@ -27,4 +26,10 @@ def param_device(module: nn.Module) -> torch.device:
 
 def to_cpu(tree: Any) -> Any:
     """`tree` (nested dicts, lists, tuples) with every tensor copied to the CPU."""
-    return tree_map(lambda x: x.detach().cpu() if isinstance(x, torch.Tensor) else x, tree)
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_cpu(v) for v in tree)
+    return tree

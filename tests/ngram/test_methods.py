@@ -79,16 +79,14 @@ def _one_per_kind() -> list[str]:
 
 @pytest.mark.parametrize("name", _one_per_kind())
 def test_every_kind_of_method_decodes_like_greedy_on_a_second_device(
-    name, second_device, tmp_path_factory, prompts
+    name, second_device, setup, prompts
 ):
     """The paper scale decodes on GPUs: with the target and the draft on another device
     (tests/second_device.py) every kind of method still gives the CPU's greedy tokens."""
     target, draft = _llama(0, 64).to(second_device), _llama(1, 32).to(second_device)
-    engines = open_engines(tiny_indexes(tmp_path_factory, VOCAB, EOS), max_support=1000)
-    decode = DecodeSettings.defaults(k=4, draft_k=3, confidence=0.0, min_match=1)
-    moved = Setup(target, [EOS], NEW, decode, draft=draft, engines=engines)
+    moved = replace(setup, target=target, draft=draft)
     _, prompt = prompts[0]
-    want = greedy_generate(_llama(0, 64), prompt, NEW, [EOS])
+    want = greedy_generate(setup.target, prompt, NEW, [EOS])
     assert build_method(name, moved)(prompt).tokens == want
 
 

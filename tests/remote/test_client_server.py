@@ -113,14 +113,21 @@ def test_a_client_on_a_second_device_drafts_what_local_drafting_drafts(
     """The client's target layers and head on another device than the payload's arrival
     (tests/second_device.py): the received blocks go to the drafter's device, and its drafts
     are local drafting's on the CPU."""
+    _remote_equals_local(served, head_files, name, second_device)
+
+
+def _remote_equals_local(address, head_files, name: str, device: str = "cpu") -> None:
+    """A lossless client (its target layers and head on `device`) gets greedy chain decoding's
+    tokens and drafts what local drafting on the CPU drafts, with the link up throughout."""
     target, local, kind = _drafter(name, head_files, False)
     local_drafts = _recording(local)
     expected, _ = speculative_generate(target, PROMPT, local, NEW, 3)
-    _, remote, _ = _drafter(name, head_files, False, second_device)
+    _, remote, _ = _drafter(name, head_files, False, device)
     remote_drafts = _recording(remote)
-    out = remote_generate(served, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
+    out = remote_generate(address, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
                           head=name if kind == "moa" else None)  # fmt: skip
-    assert out.tokens == expected and remote_drafts == local_drafts
+    assert out.disconnected is None and out.calls > 1, name
+    assert out.tokens == expected and remote_drafts == local_drafts, name
 
 
 def test_a_server_on_a_second_device_verifies_what_the_cpu_verifies(
@@ -143,15 +150,7 @@ def test_a_server_on_a_second_device_verifies_what_the_cpu_verifies(
         time.sleep(0.05)
     address = ("127.0.0.1", int(port_file.read_text()))
     for name in names:
-        target, local, kind = _drafter(name, head_files, False)
-        local_drafts = _recording(local)
-        expected, _ = speculative_generate(target, PROMPT, local, NEW, 3)
-        _, remote, _ = _drafter(name, head_files, False)
-        remote_drafts = _recording(remote)
-        out = remote_generate(address, PROMPT, remote, NEW, 3, kind=kind, lossless=True,
-                              head=name if kind == "moa" else None)  # fmt: skip
-        assert out.disconnected is None and out.calls > 1, name
-        assert out.tokens == expected and remote_drafts == local_drafts, name
+        _remote_equals_local(address, head_files, name)
     thread.join(timeout=60)
     assert not thread.is_alive()
 
