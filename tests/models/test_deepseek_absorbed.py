@@ -1,11 +1,12 @@
 """Absorbed DeepSeek-V3 decoding gives transformers' logits (prefill, one-token steps and
-multi-token verification steps over a cache), in float64."""
+multi-token verification steps over a cache, and steps longer than `MAX_QUERY`, which attend
+over expanded keys with padded values), in float64."""
 
 import pytest
 import torch
 from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, DynamicCache
 
-from kvspec.models.deepseek_absorbed import absorb
+from kvspec.models.deepseek_absorbed import MAX_QUERY, absorb
 
 
 def _tiny(seed: int, interleave: bool, attention: str = "sdpa") -> DeepseekV3ForCausalLM:
@@ -33,13 +34,17 @@ def _steps(model, ids: torch.Tensor, feeds: list[int]) -> list[torch.Tensor]:
     return out
 
 
+LONG = MAX_QUERY + 3  # a step past the absorbed path's limit
+
+
 @pytest.mark.parametrize(("interleave", "attention"), [(True, "sdpa"), (False, "sdpa"),
                                                        (False, "eager")])  # fmt: skip
-def test_absorbed_equals_expanded(interleave: bool, attention: str) -> None:
+@pytest.mark.parametrize("feeds", [[7, 1, 1, 4, 1, 6], [LONG, 1, 4, LONG]])
+def test_absorbed_equals_expanded(interleave: bool, attention: str, feeds: list[int]) -> None:
     """sdpa gives boolean masks (or none), eager additive float masks: both paths. transformers'
-    eager attention takes its softmax in float32, hence the looser tolerance there."""
-    ids = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(1))
-    feeds = [7, 1, 1, 4, 1, 6]
+    eager attention takes its softmax in float32, hence the looser tolerance there. The long
+    feeds are a prefill into an empty cache (causal, no mask) and one into a filled cache."""
+    ids = torch.randint(0, 64, (2, sum(feeds)), generator=torch.Generator().manual_seed(1))
     reference = _steps(_tiny(0, interleave, attention), ids, feeds)
     model = _tiny(0, interleave, attention)
     assert absorb(model) == 2

@@ -264,8 +264,12 @@ def test_absorbed_values_give_the_same_logits(arch, implementation):
 
 
 def test_absorbing_is_chosen_for_decoding_and_not_for_a_long_prefill():
+    from kvspec.models.modeling_mla import ABSORB_MAX_QUERY
+
     attn = _model("llama", kv_rank_v=[32, 32, 32]).model.layers[0].self_attn
     assert attn._absorb_values(q_len=1, kv_len=512)  # one query: never rebuild 512 values
-    assert not attn._absorb_values(q_len=512, kv_len=512)  # r_V = 32 > d_h = 16 per head
+    assert not attn._absorb_values(q_len=16, kv_len=16)  # r_V = 32 > d_h = 16 per head
     narrow = _model("llama").model.layers[1].self_attn  # r_V = 3 < d_h: absorbing is cheaper
-    assert narrow._absorb_values(q_len=512, kv_len=512)
+    assert narrow._absorb_values(q_len=ABSORB_MAX_QUERY, kv_len=512)
+    # ... but a longer step rebuilds, so that SDPA's fused kernels apply (equal widths)
+    assert not narrow._absorb_values(q_len=ABSORB_MAX_QUERY + 1, kv_len=512)

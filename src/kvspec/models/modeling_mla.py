@@ -16,7 +16,11 @@ scaling, masks and sliding windows, so a full-rank conversion reproduces the sou
 Values are absorbed when that is cheaper (decoding): softmax(q·kᵀ)·(latent_v·v_bᵀ) =
 (softmax(q·kᵀ)·latent_v)·v_bᵀ, so attention runs over the r_V-wide latent (one view shared by
 all KV groups, no copy) and each head applies its group's rows of v_b to its r_V-wide output,
-instead of rebuilding g_h·d_h values for every cached position. Keys cannot be absorbed the
+instead of rebuilding g_h·d_h values for every cached position. Only steps of at most
+`ABSORB_MAX_QUERY` tokens absorb: with values narrower or wider than keys, SDPA's fused kernels
+do not apply and its math kernel materialises every (query, key) score, which a long prefill
+pays for (measured on the mini CARE model, 8,176 tokens on 2 CPU threads: 48.1 s absorbed,
+18.6 s with rebuilt values). Keys cannot be absorbed the
 same way: RoPE rotates each key by its own position *after* k_b, so q·R_p·k_b·c_p needs either
 the rebuilt keys or a per-position R_pᵀ·q, both of which cost S·r_K·d_h per KV head per step;
 a cache of RoPE'd latent-rank keys does not exist because R_p·k_b spans a different subspace
@@ -67,6 +71,7 @@ from transformers.models.auto.modeling_auto import MODEL_MAPPING
 from transformers.models.llama.modeling_llama import rotate_half
 
 BASE_ARCHITECTURES = ("llama", "qwen3", "gemma3_text")
+ABSORB_MAX_QUERY = 32  # longest step that may attend over the value latent (module docstring)
 # source-config fields mirrored on MLAConfig, read by generic code (caches, lm-eval, kv widths)
 MIRRORED = (
     "vocab_size",
@@ -254,9 +259,13 @@ class MLAAttention(nn.Module):
     def _absorb_values(self, q_len: int, kv_len: int) -> bool:
         """Whether attending over the value latent (then v_b per head) is cheaper than
         rebuilding the values of all kv_len positions: multiply-adds of each route (equal
-        results). `absorb_values` = True/False forces a route (tests)."""
+        results), for steps of at most `ABSORB_MAX_QUERY` tokens (longer ones rebuild, so that
+        keys and values have one width and SDPA's fused kernels apply). `absorb_values` =
+        True/False forces a route (tests)."""
         if self.absorb_values is not None:
             return self.absorb_values
+        if q_len > ABSORB_MAX_QUERY:
+            return False
         heads, rank = self.q_proj.out_features // self.head_dim, self.v_b.in_features
         rebuild = kv_len * rank * self.v_b.out_features + q_len * kv_len * heads * self.head_dim
         absorbed = q_len * heads * rank * (kv_len + self.head_dim)
