@@ -122,6 +122,7 @@ def test_distilled_draft_validates_with_defaults(distil_config: dict, schema: di
     assert draft["distil"]["train"]["top_k"] == 64 and draft["distil"]["train"]["beta"] == 1.0
     assert draft["distil"]["data"] == {"val_fraction": 0.1, "max_len": 512,
                                        "prompt_loss": False, "teacher_batch": 8,
+                                       "teacher_dtype": "float32",
                                        "corpus": [], "corpus_limit": 0}  # fmt: skip
     assert draft["distil"]["vocab"] is None and draft["distil"]["layers"] is None
     assert kv_width(filled, "draft") == 2 * 64

@@ -42,7 +42,8 @@ DECL = {
     "train": {"steps": 12, "batch_size": 4, "lr": 1e-2, "warmup_steps": 2, "beta": 1.0,
               "tau": 1.0, "top_k": 8, "eval_every": 4, "ckpt_every": 4, "min_lr_ratio": 0.1,
               "weight_decay": 0.0, "grad_clip": 1.0},
-    "data": {"val_fraction": 0.2, "max_len": 40, "prompt_loss": False, "teacher_batch": 4},
+    "data": {"val_fraction": 0.2, "max_len": 40, "prompt_loss": False, "teacher_batch": 4,
+             "teacher_dtype": "float32"},
 }  # fmt: skip
 
 
@@ -162,6 +163,26 @@ def test_kl_is_zero_when_the_student_is_the_teacher(teacher, seqs) -> None:
         assert agreement == 1.0  # its own greedy responses
         cat = distil.batch_targets(targets, seqs[:4])
         assert float(topk_kl(logits, cat, tau=2.0)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_bfloat16_teacher_pass_is_close_and_cached_apart(teacher, seqs, tmp_path) -> None:
+    """The autocast teacher pass leaves the teacher's weights as they were, its sorted top-k
+    log-probs are within bfloat16 round-off of float32's (ids may swap on near-ties of this
+    tiny near-uniform teacher), and the cache never hands one dtype's targets to the other."""
+    spec = DistilSpec.from_config(DECL["train"], seed=0)
+    exact, _, _ = distil.cached_teacher_targets(teacher, seqs[:4], spec, batch_size=2,
+                                                cache_dir=tmp_path)  # fmt: skip
+    weights = [p.clone() for p in teacher.parameters()]
+    half, _, _ = distil.cached_teacher_targets(teacher, seqs[:4], spec, batch_size=2,
+                                               cache_dir=tmp_path, dtype="bfloat16")  # fmt: skip
+    assert len(list(tmp_path.glob("*.pt"))) == 2
+    assert all(torch.equal(a, b) for a, b in zip(weights, teacher.parameters(), strict=True))
+    assert next(teacher.parameters()).dtype == torch.float32
+    for key in exact:
+        (want_ids, want_lp, _), (got_ids, got_lp, _) = exact[key], half[key]
+        assert float((want_ids[:, 0] == got_ids[:, 0]).float().mean()) >= 0.75
+        assert not torch.equal(want_lp, got_lp)  # computed in bfloat16, not read from the cache
+        torch.testing.assert_close(got_lp, want_lp, atol=0.05, rtol=0)
 
 
 def test_topk_kl_is_the_full_kl_at_full_k_and_a_lower_bound_below(teacher, seqs) -> None:

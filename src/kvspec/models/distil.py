@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Sequence_
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from kvspec.models.draft_vocab import (
     reduced_head,
     vocabulary_of,
 )
+from kvspec.models.load import resolve_dtype
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.models.packing import Batch, make_batch
 from kvspec.provenance import config_hash
@@ -264,11 +266,13 @@ def teacher_targets(
     tau: float,
     batch_size: int,
     pad_id: int = 0,
+    dtype: str = "float32",
 ) -> tuple[dict[str, Targets], float]:
     """Per sequence id, the teacher's top-k log p^τ at every learned position and the log
     of the mass outside them; and the share of positions whose teacher argmax is the
     sequence's next token (≈ 1 on its own greedy responses: a check that both line up).
-    Batches hold sequences of similar length (less padding)."""
+    Batches hold sequences of similar length (less padding). `dtype` "bfloat16" computes
+    the forward under bfloat16 autocast (the weights stay as loaded; log-probs in float32)."""
     teacher.eval()
     out: dict[str, Targets] = {}
     hits = total = 0
@@ -276,13 +280,24 @@ def teacher_targets(
     chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
     for chunk in tqdm(chunks, desc="teacher", unit="batch", mininterval=10):
         batch = make_batch(chunk, pad_id).to(teacher.device)
-        logits = output_logits(teacher, batch).float()  # (N, V)
+        with _compute_dtype(teacher.device, dtype):
+            logits = output_logits(teacher, batch)
+        logits = logits.float()  # (N, V)
         hits += int((logits.argmax(-1) == batch.labels).sum())
         total += len(batch.labels)
         top = tuple(t.cpu() for t in _topk(logits, top_k, tau))
         for s, rows in zip(chunk, _split_rows(top, chunk), strict=True):
             out[s.id] = rows
     return out, hits / max(1, total)
+
+
+def _compute_dtype(device: torch.device, dtype: str) -> AbstractContextManager[Any]:
+    """bfloat16 autocast on `device` for "bfloat16"; nothing for "float32"."""
+    if dtype == "float32":
+        return nullcontext()
+    if dtype != "bfloat16":
+        raise ValueError(f"teacher dtype must be float32 or bfloat16, got {dtype!r}")
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def output_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -499,13 +514,15 @@ def cached_teacher_targets(
     batch_size: int,
     cache_dir: Path | None,
     pad_id: int = 0,
+    dtype: str = "float32",
 ) -> tuple[dict[str, Targets], float, float]:
-    """`teacher_targets` of `seqs`, read from `cache_dir` when a file was written there for
-    the same sequences, settings and teacher (named by their hash: drafts of one teacher
-    with the same data settings share one teacher pass, and a resumed run skips it);
-    (targets, argmax agreement, seconds spent here)."""
+    """`teacher_targets` of `seqs` computed in `dtype`, read from `cache_dir` when a file was
+    written there for the same sequences, settings, dtype and teacher (named by their hash:
+    drafts of one teacher with the same data settings share one teacher pass, and a resumed
+    run skips it); (targets, argmax agreement, seconds spent here)."""
     t0 = time.perf_counter()
-    tag = config_hash([[s.ids for s in seqs], spec.top_k, spec.tau, teacher.config.to_dict()])
+    key = [[s.ids for s in seqs], spec.top_k, spec.tau, teacher.config.to_dict()]
+    tag = config_hash(key if dtype == "float32" else [*key, dtype])  # float32: earlier names
     cache = cache_dir / f"{tag}.pt" if cache_dir else None
     if cache and cache.exists():
         state = torch.load(cache, weights_only=False)
@@ -513,8 +530,9 @@ def cached_teacher_targets(
             log.info("teacher targets read from %s", cache)
             return state["targets"], state["agreement"], time.perf_counter() - t0
     targets, agreement = teacher_targets(
-        teacher, seqs, top_k=spec.top_k, tau=spec.tau, batch_size=batch_size, pad_id=pad_id
-    )
+        teacher, seqs, top_k=spec.top_k, tau=spec.tau, batch_size=batch_size, pad_id=pad_id,
+        dtype=dtype,
+    )  # fmt: skip
     if cache:
         cache.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(cache) as tmp:
@@ -545,13 +563,15 @@ def distil_model(
     pad_id = int(teacher.config.pad_token_id or 0)
     ckpt = Path(checkpoint) if checkpoint else None
     targets, agreement, teacher_seconds = (None, float("nan"), 0.0)
+    teacher_dtype = resolve_dtype(data["teacher_dtype"], teacher.device.type)
     if spec.beta > 0 or corpus:  # the corpus's labels are the teacher's argmax
         cache_dir = ckpt.parent / "teacher" if ckpt else None  # shared by the drafts
         targets, agreement, teacher_seconds = cached_teacher_targets(
             teacher, train + val, spec, batch_size=data["teacher_batch"], cache_dir=cache_dir,
-            pad_id=pad_id,
+            pad_id=pad_id, dtype=teacher_dtype,
         )  # fmt: skip
-        log.info("teacher targets: %.1f s, argmax = next token at %.4f", teacher_seconds, agreement)
+        log.info("teacher targets (%s): %.1f s, argmax = next token at %.4f", teacher_dtype,
+                 teacher_seconds, agreement)  # fmt: skip
     student = build_student(decl["arch"], teacher, seed, decl["init"], decl.get("layers"))
     vocab = draft_vocabulary(teacher, train, targets, decl.get("vocab"))
     if vocab is not None:
@@ -573,6 +593,7 @@ def distil_model(
         "teacher_argmax_agreement": agreement,
         "final": {k: v for k, v in last.items() if k.startswith(("train_", "val_"))},
         "teacher_seconds": teacher_seconds,
+        "teacher_dtype": teacher_dtype,
         "train_seconds_this_run": time.perf_counter() - t0,
     }
     return student.eval(), curve, stats
