@@ -3,9 +3,20 @@
 import pytest
 import torch
 
+from kvspec.decoding import warp as warp_module
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.warp import sample_generate, sample_rows, warp
 from tests.tiny import tiny_llama
+
+
+def sorted_warp(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Top-p by a stable sort of the whole row: what `warp` computed before its partial sort."""
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    keep_sorted = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def test_warp_is_softmax_without_top_p() -> None:
@@ -22,6 +33,33 @@ def test_top_p_keeps_the_smallest_head_reaching_p() -> None:
         warp(logits, 0.0)
     with pytest.raises(ValueError):
         warp(logits, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("head", [1, 3, 256])
+def test_partial_sort_equals_the_full_sort_bit_for_bit(head: int, monkeypatch) -> None:
+    """Random rows, rows with many ties (the nucleus's edge inside a tie: index order decides),
+    flat rows (the head must grow to the whole row), peaked rows, a batch, SmolLM2's width."""
+    monkeypatch.setattr(warp_module, "HEAD", head)
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(3, 50, generator=gen) * 3,
+            torch.randint(0, 4, (4, 40), generator=gen).float(),  # ties everywhere
+            torch.zeros(2, 30),  # one tie: top-p keeps the first ceil(p * 30) by index
+            torch.randn(2, 49152, generator=gen) * 4,
+            torch.randn(1, 49152, generator=gen) * 0.01]  # fmt: skip
+    cuts = 0
+    for logits in rows:
+        for temperature in (0.3, 0.7, 1.0, 2.5):
+            for top_p in (1e-9, 0.1, 0.5, 0.9, 0.95, 0.999):
+                reference = sorted_warp(logits, temperature, top_p)
+                assert torch.equal(warp(logits, temperature, top_p), reference), top_p
+                row = sorted_warp(logits[0], temperature, top_p)
+                assert torch.equal(warp(logits[0], temperature, top_p), row)
+                cuts += int(((reference > 0).sum(-1) < logits.shape[-1]).any())
+    assert cuts > 80  # most settings cut the row somewhere
+    flat = warp(torch.zeros(30), 1.0, 0.5)
+    assert flat[:15].tolist() == [1 / 15] * 15 and not flat[15:].any()
+    with pytest.raises(ValueError, match="NaN"):
+        warp(torch.tensor([0.0, float("nan"), 1.0]), 1.0, 0.5)
 
 
 def test_classical_sampling_is_seeded_and_greedy_at_tiny_top_p() -> None:
