@@ -58,6 +58,25 @@ def test_greedy_continuation_is_flagged(lms) -> None:
     assert hit and not miss
 
 
+def test_greedy_flag_is_argmax_with_its_first_index_rule() -> None:
+    logp = torch.log_softmax(torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 0.0, 1.0, 2.0]]), -1)
+    top = logp.amax(-1)
+
+    def greedy(cont: list[int]) -> bool:
+        tokens = torch.tensor(cont)
+        flag = scoring._greedy(logp, top, logp.gather(1, tokens[:, None]).squeeze(1), tokens)
+        assert flag == bool((logp.argmax(-1) == tokens).all())
+        return flag
+
+    assert greedy([1, 0]) and not greedy([2, 0]) and not greedy([1, 3]) and not greedy([0, 0])
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):  # few-valued scores: ties everywhere
+        logp = torch.randint(0, 3, (3, 5), generator=g).double()
+        top = logp.amax(-1)
+        greedy(torch.randint(0, 5, (3,), generator=g).tolist())
+        greedy(logp.argmax(-1).tolist())
+
+
 def test_empty_context_rejected(lms) -> None:
     ours, _ = lms
     with pytest.raises(ValueError, match="context and a continuation"):
