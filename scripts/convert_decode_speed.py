@@ -16,4 +16,5 @@ with log_to(snakemake.log[0]):
         dtype=job["dtype"],
         linear=job["linear"],
         threads=snakemake.threads,
+        restored=job["restored"],
     )

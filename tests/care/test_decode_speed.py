@@ -76,3 +76,49 @@ def test_a_context_beyond_the_models_positions_is_refused(saved, tmp_path: Path)
         decode_speed_stage(
             saved, str(tmp_path / "x.json"), contexts=[62], new_tokens=4, repeats=1, seed=0
         )
+
+
+def test_the_restored_row_rebuilds_the_model_heal_restore_saves(tmp_path: Path) -> None:
+    """`restored`: the job restores the original itself and times it last; the model it
+    rebuilds is the one heal_restore saves (same weights, byte for byte), and the row equals
+    that saved model's row in everything but its speed."""
+    from safetensors.torch import load_file
+
+    from kvspec.care.covariance import collect_covariances, save_stats
+    from kvspec.care.heal_stages import restore_stage, save_restoration
+
+    tok = train_tokenizer([TEXT] * 20, 300, 128)
+    build_model(ARCH, tok, seed=0).save_pretrained(tmp_path / "gqa")
+    tok.save_pretrained(tmp_path / "gqa")
+    from transformers import AutoModelForCausalLM
+
+    gqa = AutoModelForCausalLM.from_pretrained(tmp_path / "gqa")
+    ids = torch.randint(0, len(tok), (4, 16), generator=torch.Generator().manual_seed(0))
+    save_stats(collect_covariances(gqa, [ids]), tmp_path / "stats.safetensors", {})
+    opts = {"care_alpha": 0.05, "care_lambda": 0.01, "care_shrinkage": "lambda_max",
+            "asvd_alpha": 0.5, "randomized": False}  # fmt: skip
+    settings = {"method": "transmla-care", "rank": 16, "freqfold": 4, "cache": "matched",
+                "rope_width": None, "schedule": "uniform", "shrinkage": None,
+                "rank_bounds": None}  # fmt: skip
+    source, stats = str(tmp_path / "gqa"), str(tmp_path / "stats.safetensors")
+    restore_stage(source, stats, str(tmp_path / "saved"), factorize_opts=opts, **settings)
+    (tmp_path / "again").mkdir()
+    save_restoration(source, stats, settings, opts, tmp_path / "again")
+    saved = load_file(tmp_path / "saved" / "model.safetensors")
+    again = load_file(tmp_path / "again" / "model.safetensors")
+    assert saved.keys() == again.keys()
+    assert all(torch.equal(saved[k], again[k]) for k in saved)
+
+    out = tmp_path / "speed.json"
+    restored = {"label": "rebuilt", "source": source, "stats": stats, "settings": settings,
+                "opts": opts}  # fmt: skip
+    models = {"GQA": source, "saved": str(tmp_path / "saved")}
+    decode_speed_stage(models, str(out), contexts=[8], new_tokens=2, repeats=1, seed=0,
+                       restored=restored)  # fmt: skip
+    record = json.loads(out.read_text())
+    rows = {r["model"]: r for r in record["rows"]}
+    assert list(rows) == ["GQA", "saved", "rebuilt"]  # the rebuilt model is timed last
+    for key in ("layout_numbers_per_token", "cache_bytes_per_token", "absorbed", "cache_vs_gqa"):
+        assert rows["rebuilt"][key] == rows["saved"][key], key
+    assert rows["rebuilt"]["layout_numbers_per_token"] == 2 * 2 * 16  # 2 layers, cache 2r
+    assert record["restored"]["settings"]["method"] == "transmla-care"

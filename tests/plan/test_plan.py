@@ -337,18 +337,27 @@ def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
 
 
 def test_decode_speed_times_planned_models_only(plans, dags, configs, schema) -> None:
-    """The original first, the Table 3.1 conversion at each decode-speed rank, the first
-    restored initialisation; every one is produced by some planned job."""
+    """The original first, the Table 3.1 conversion at each decode-speed rank; every one is
+    produced by some planned job. The first restored method is rebuilt in the job itself from
+    the statistics heal_restore reads, so it needs no (temporary) restoration on disk."""
     plan = plans["config"]
     models = plan.care.decode_speed_models()
-    assert list(models) == [
-        "GQA (original)",
-        "MLA care-waterfill r=96",
-        "transmla restored (DeepSeek-V3, Table 3.3 rank)",
-    ]
+    assert list(models) == ["GQA (original)", "MLA care-waterfill r=96"]
     assert models["GQA (original)"] == "results/models/target"
     assert set(models.values()) <= outputs_of(dags["config"])
     assert "results/convert/target/decode_speed.json" in dags["config"]["convert_decode_speed"]
+    restored = plan.heal.decode_speed_restoration()
+    assert restored["label"] == "transmla restored (DeepSeek-V3, Table 3.3 rank)"
+    assert restored["stats"] == plan.heal.restore_stats(
+        SimpleNamespace(model="target", method="transmla")
+    )
+    from kvspec.plan.params import RULES
+
+    heal_restore = RULES["heal_restore"](plan, plan.config)  # the same restoration
+    assert restored["settings"] == heal_restore["settings"](SimpleNamespace(method="transmla"))
+    assert restored["opts"] == heal_restore["opts"]
+    assert plan.decode_speed_inputs() == [*models.values(), restored["source"], restored["stats"]]
+    assert not any("/heal/" in p for p in plan.decode_speed_inputs())
     cfg = copy.deepcopy(configs["config"])
     cfg["care"]["decode_speed"] = None
     off = Plan(validate(cfg, schema))

@@ -36,12 +36,17 @@ def test_restored_students_load_as_deepseek_v3(ci_run: Path) -> None:
     from kvspec.care.restore import kv_cache_per_token
 
     for method in METHODS[1:]:
-        for path in (f"init/{method}", f"{method}/tokens-768"):
-            cfg = AutoConfig.from_pretrained(ci_run / "results/heal/target" / path)
-            assert cfg.model_type == "deepseek_v3"
-            assert kv_cache_per_token(cfg)["per_layer"] == 32
-            # config/ci.yaml care.heal.waterfill is empty (the released CARE code's setting)
-            assert getattr(cfg, "kvspec_latent_ranks", None) is None
+        cfg = AutoConfig.from_pretrained(ci_run / f"results/heal/target/{method}/tokens-768")
+        assert cfg.model_type == "deepseek_v3"
+        assert kv_cache_per_token(cfg)["per_layer"] == 32
+        # config/ci.yaml care.heal.waterfill is empty (the released CARE code's setting)
+        assert getattr(cfg, "kvspec_latent_ranks", None) is None
+        # the restoration healing started from is temp(): gone once healed
+        assert not (ci_run / f"results/heal/target/init/{method}").exists()
+    speed = json.loads((ci_run / "results/convert/target/decode_speed.json").read_text())
+    restored = [r for r in speed["rows"] if r["model"].startswith("transmla restored")]
+    assert restored and all(r["absorbed"] and r["layout_numbers_per_token"] == 2 * 32
+                            for r in restored)  # fmt: skip
 
 
 def test_curves_start_before_healing_and_end_at_the_last_budget(ci_run: Path) -> None:
@@ -74,13 +79,16 @@ def test_table_3_3_has_ours_beside_the_paper(ci_run: Path) -> None:
     assert (healed["kv_save_pct (ours)"] == 50.0).all()
 
 
-def test_changing_a_budget_reruns_healing_but_not_restoration(ci_run: Path, tmp_path: Path) -> None:
+def test_a_budget_change_reruns_healing_and_its_restorations(ci_run: Path, tmp_path: Path) -> None:
+    """The restorations are temp(): healing rebuilds them (seconds), nothing else reruns (the
+    decode-speed job rebuilds its own restoration and does not read them)."""
     cfg = yaml.safe_load((REPO / "config" / "ci.yaml").read_text())
     cfg["care"]["heal"]["train"]["budgets"] = [256, 512]
     edited = tmp_path / "edited.yaml"
     edited.write_text(yaml.safe_dump(cfg))
     jobs = planned_jobs(snakemake(ci_run, "-n", "--configfile", str(edited)))
     assert jobs == {
+        "heal_restore": 3,
         "heal_train": 4,
         "evaluate_healed": 8,
         "report_heal_table_3_3": 1,

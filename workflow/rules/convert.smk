@@ -95,7 +95,7 @@ if PLAN.care:
 
         rule convert_decode_speed:
             input:
-                list(PLAN.care.decode_speed_models().values()),
+                PLAN.decode_speed_inputs(),
             output:
                 P.DECODE_SPEED,
             log:

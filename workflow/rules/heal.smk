@@ -3,6 +3,8 @@
 # with a checkpoint at each token budget (evaluated in evaluate.smk).
 # {method} is svd (the plain SVD MLA model), transmla, transmla-pca or transmla-care;
 # {variant} is a row of the Table 3.3 ablation (care.heal.ablation.variants).
+# A restoration is temp(): deleted once its healing job has read it (rebuilt in seconds when
+# healing reruns; `snakemake --notemp` keeps it). The decode-speed job rebuilds its own.
 
 
 if PLAN.heal:
@@ -12,7 +14,7 @@ if PLAN.heal:
             model=P.MODEL,
             stats=PLAN.heal.restore_stats,
         output:
-            directory(P.HEAL_INIT),
+            temp(directory(P.HEAL_INIT)),
         log:
             P.LOG["heal_restore"],
         benchmark:

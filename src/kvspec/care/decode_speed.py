@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import logging
 import statistics
+import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -121,23 +124,27 @@ def decode_speed_stage(
     dtype: str = "float32",
     linear: str = "torch",
     threads: int | None = None,
+    restored: Mapping[str, Any] | None = None,
 ) -> None:
     """Measure every model directory in `models` ({label: dir}, the GQA original first; a
     DeepSeek-V3-layout model decodes with `kvspec.models.deepseek_absorbed`); rows
     carry tok/s and cache bytes relative to the first model at the same context, and the
     numbers per token the architecture needs (`layout_numbers_per_token`) beside the bytes
-    measured on the real cache."""
+    measured on the real cache. `restored` ({label, source, stats, settings, opts}) adds,
+    last, a full MLA restoration of `source` (`kvspec.care.heal_stages.save_restoration`):
+    the model heal_restore saves for healing, rebuilt here so that it need not stay on disk
+    (bit for bit at the same thread count; float32 round-off apart otherwise)."""
     use_threads(threads)
-    loaded, layout, vocab = {}, {}, None
-    absorbed = {}
-    for label, path in models.items():
-        loaded[label], tok = load_model(path, dtype=dtype, device=device)
-        absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
-        pack_linears(loaded[label], linear)  # after absorbing: the engine packs final weights
-        layout[label] = kv_cache_widths(loaded[label])["cached"]
-        vocab = vocab or len(tok)
-        check_positions(label, loaded[label].config, max(contexts) + new_tokens,
-                        "care.decode_speed.contexts")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="kvspec-restored-") as tmp:
+        dirs = dict(models)
+        if restored:
+            from kvspec.care.heal_stages import save_restoration
+
+            save_restoration(restored["source"], restored["stats"], restored["settings"],
+                             restored["opts"], Path(tmp))  # fmt: skip
+            dirs[restored["label"]] = tmp
+        loaded, layout, vocab, absorbed = _load_all(dirs, contexts, new_tokens, dtype, device,
+                                                    linear)  # fmt: skip
     rows = measure(loaded, contexts, new_tokens, repeats, vocab, seed)
     base = next(iter(models))
     ref = {r["context"]: r for r in rows if r["model"] == base}
@@ -153,6 +160,22 @@ def decode_speed_stage(
         )
     settings = {"contexts": contexts, "new_tokens": new_tokens, "repeats": repeats, "seed": seed,
                 "device": device, "dtype": dtype}  # fmt: skip
-    write_json(
-        out_path, {**provenance(settings, models=models), "settings": settings, "rows": rows}
-    )
+    record = provenance(settings, models=models, restored=restored)
+    write_json(out_path, {**record, "settings": settings, "rows": rows})
+
+
+def _load_all(models: Mapping[str, str], contexts: list[int], new_tokens: int, dtype: str,
+              device: str, linear: str) -> tuple[dict, dict, int, dict]:  # fmt: skip
+    """Every model of {label: dir} loaded for decoding: (models, cached numbers per token,
+    vocabulary size, whether each decodes absorbed)."""
+    loaded, layout, vocab = {}, {}, None
+    absorbed = {}
+    for label, path in models.items():
+        loaded[label], tok = load_model(path, dtype=dtype, device=device)
+        absorbed[label] = absorb(loaded[label]) > 0  # DeepSeek-V3 layout: decode in the latent
+        pack_linears(loaded[label], linear)  # after absorbing: the engine packs final weights
+        layout[label] = kv_cache_widths(loaded[label])["cached"]
+        vocab = vocab or len(tok)
+        check_positions(label, loaded[label].config, max(contexts) + new_tokens,
+                        "care.decode_speed.contexts")  # fmt: skip
+    return loaded, layout, vocab, absorbed

@@ -56,14 +56,27 @@ def restore_stage(
     settings = {"method": method, "rank": rank, "freqfold": freqfold, "cache": cache,
                 "rope_width": rope_width, "schedule": schedule, "shrinkage": shrinkage,
                 "rank_bounds": rank_bounds}  # fmt: skip
+    with atomic_path(out_dir) as tmp:
+        save_restoration(model_dir, stats_path, settings, factorize_opts, tmp)
+
+
+def save_restoration(
+    model_dir: str,
+    stats_path: str,
+    settings: dict[str, Any],
+    factorize_opts: dict[str, Any],
+    out_dir: Path,
+) -> dict[str, Any]:
+    """Restore the model in `model_dir` (`restoration`'s settings) and save it, its tokenizer
+    and its record (returned) into the existing directory `out_dir`."""
     model, tok = load_model(model_dir)
     restored, record = restoration(model, stats_path, settings, factorize_opts)
     restored.generation_config = model.generation_config
     record = provenance(record, source=model_dir, stats=stats_path, kv_cache=record["kv_cache"])
-    with atomic_path(out_dir) as tmp:
-        restored.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        write_json(tmp / "kvspec_provenance.json", record)
+    restored.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    write_json(Path(out_dir) / "kvspec_provenance.json", record)
+    return record
 
 
 def restoration(

@@ -77,6 +77,13 @@ class Plan:
                 cols.setdefault(key, set()).update(columns)
         return cols
 
+    def decode_speed_inputs(self) -> list[str]:
+        """The decode-speed job's model directories, and the calibration statistics of the
+        restoration it rebuilds (`HealPlan.decode_speed_restoration`)."""
+        restored = self.heal.decode_speed_restoration() if self.heal else None
+        models = list(self.care.decode_speed_models().values()) if self.care else []
+        return models + ([restored["source"], restored["stats"]] if restored else [])
+
     def resources(self, rule: str) -> dict[str, Any]:
         """`rule`'s resources from the resource model (kvspec.plan.resources)."""
         from kvspec.plan.resources import resources_of

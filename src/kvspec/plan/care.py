@@ -232,8 +232,8 @@ class CarePlan:
     # ---- decode speed: GQA vs MLA at long contexts --------------------------------------------
     def decode_speed_models(self, wildcards: Any = None) -> dict[str, str]:
         """{label: model directory} the decode-speed rule measures: the original first, then the
-        `care.decode_speed.method` conversion (a Table 3.1 model) at each of its ranks, then the
-        first restored healing initialisation (DeepSeek-V3 layout) when `restored` is set."""
+        `care.decode_speed.method` conversion (a Table 3.1 model) at each of its ranks; the job
+        rebuilds and times a restoration after them (`decode_speed_restored`)."""
         spec, main = self.care["decode_speed"], self.main
         models = {"GQA (original)": paths.MODEL.format(model=main)}
         fact, alloc = spec["method"].split("-")
@@ -241,12 +241,17 @@ class CarePlan:
             v = self._converted(fact, self.calib(), alloc, r)
             path = paths.CONVERTED.format(model=main, **v.wildcards())
             models[f"MLA {spec['method']} r={r}"] = path
+        return models
+
+    def decode_speed_restored(self) -> str | None:
+        """The healing method whose full restoration (DeepSeek-V3 layout, Table 3.3's rank) the
+        decode-speed job also times, when `care.decode_speed.restored` is set: the first restored
+        method healing plans for the same model (None: no such method)."""
         heal = self.care.get("heal") or {}
         restored = [m for m in heal.get("methods", []) if m != "svd"]
-        if spec["restored"] and heal.get("model") == main and restored:
-            path = paths.HEAL_INIT.format(model=main, method=restored[0])
-            models[f"{restored[0]} restored (DeepSeek-V3, Table 3.3 rank)"] = path
-        return models
+        if self.care["decode_speed"]["restored"] and heal.get("model") == self.main and restored:
+            return restored[0]
+        return None
 
     def decode_speed_item(self) -> ReportItem:
         return ReportItem(

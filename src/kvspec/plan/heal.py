@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from kvspec.config import kv_width
@@ -42,6 +43,26 @@ class HealPlan:
     def schedule(self, wildcards: Any) -> str:
         """Latent ranks of a restoration: water-filled across layers, or one for all."""
         return "waterfill" if wildcards.method in self.heal["waterfill"] else "uniform"
+
+    def restore_settings(self, method: str) -> dict[str, Any]:
+        """The restoration of `method` (`kvspec.care.heal_stages.restoration`'s settings)."""
+        heal = self.heal
+        return {"method": method, "rank": self.rank(), "freqfold": heal["freqfold"],
+                "cache": heal["cache"], "rope_width": heal["rope_dim"],
+                "schedule": self.schedule(SimpleNamespace(method=method)),
+                "shrinkage": heal["shrinkage"], "rank_bounds": heal["rank_bounds"]}  # fmt: skip
+
+    def decode_speed_restoration(self) -> dict[str, Any] | None:
+        """What the decode-speed job restores and times last (`decode_speed_stage`'s
+        `restored`), the same model heal_restore saves for healing; None: nothing."""
+        method = self.care.decode_speed_restored() if self.care.decode_speed else None
+        if method is None:
+            return None
+        return {"label": f"{method} restored (DeepSeek-V3, Table 3.3 rank)",
+                "source": paths.MODEL.format(model=self.model),
+                "stats": self.restore_stats(SimpleNamespace(model=self.model, method=method)),
+                "settings": self.restore_settings(method),
+                "opts": self.config["care"]["factorize"]}  # fmt: skip
 
     def ablation(self) -> dict[str, dict[str, Any]]:
         """The Table 3.3 ablation: variant name -> its restoration settings (none: empty), the

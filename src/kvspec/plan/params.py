@@ -134,15 +134,13 @@ def _convert_sensitivity(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _convert_decode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
+    restored = plan.heal.decode_speed_restoration() if plan.heal else None
     return {"models": plan.care.decode_speed_models(), "settings": c["care"]["decode_speed"],
-            **_run(c), **_engine(c)}  # fmt: skip
+            "restored": restored, **_run(c), **_engine(c)}  # fmt: skip
 
 
 def _heal_restore(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    heal = c["care"]["heal"]
-    return {"rank": plan.heal.rank(), "freqfold": heal["freqfold"], "cache": heal["cache"],
-            "rope_width": heal["rope_dim"], "schedule": plan.heal.schedule,
-            "shrinkage": heal["shrinkage"], "rank_bounds": heal["rank_bounds"],
+    return {"settings": lambda w: plan.heal.restore_settings(w.method),
             "opts": c["care"]["factorize"]}  # fmt: skip
 
 

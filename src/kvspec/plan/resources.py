@@ -219,10 +219,17 @@ TASK_TOKENS = {"wikitext": 3e5, "arc_challenge": 1.2e6, "arc_easy": 2.2e6, "hell
 
 
 def _decode_speed(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """Timed decoding of ~4 models; with `restored`, first a restoration on the host (as
+    heal_restore's): its memory and time come before the timed part."""
     card, spec = _model(config, wildcards), config["care"]["decode_speed"]
     steps = len(spec["contexts"]) * spec["new_tokens"] * spec["repeats"] * 4  # 4 timed models
-    return inference(card, _dtype(config), batch=1, context=max(spec["contexts"]),
-                     decode_steps=steps, score_tokens=sum(spec["contexts"]) * 4)  # fmt: skip
+    timed = inference(card, _dtype(config), batch=1, context=max(spec["contexts"]),
+                      decode_steps=steps, score_tokens=sum(spec["contexts"]) * 4)  # fmt: skip
+    if not spec["restored"]:
+        return timed
+    restore = _cpu_linear_algebra(config, wildcards)
+    return dataclasses.replace(timed, host_gb=max(timed.host_gb, restore.host_gb),
+                               hours=timed.hours + restore.hours)  # fmt: skip
 
 
 def _specdecode_mla(config: Mapping[str, Any], wildcards: Any) -> Need:
