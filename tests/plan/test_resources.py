@@ -101,3 +101,21 @@ def test_mini_jobs_ask_for_no_gpu(configs) -> None:
     for rule in ("evaluate_lmeval", "heal_train", "generate_responses", "moa_train"):
         wc = SimpleNamespace(model="target", method="svd", shard="0", drafter="ours")
         assert need(configs["config"], rule, wc).gpus == 0
+
+
+def test_decode_speed_holds_every_timed_model_at_once(configs, plans) -> None:
+    """The job keeps the original, the conversion at each rank and the restoration loaded
+    together, each with its cache at one context: the estimate counts them all, and at mini
+    covers the job's measured peak (max RSS 5.6 GB in its benchmark of 2026-11-29, 5.1 GB on
+    2026-11-30; `mem_mb` adds 25 % to the estimate)."""
+    import copy
+
+    wc = SimpleNamespace(model="target")
+    mini = need(configs["config"], "convert_decode_speed", wc)
+    timed = len(plans["config"].care.decode_speed_models()) + 1  # + the rebuilt restoration
+    assert timed == 3 and mini.host_gb >= 5.6
+    fewer = copy.deepcopy(configs["config"])
+    fewer["care"]["decode_speed"]["restored"] = False
+    assert need(fewer, "convert_decode_speed", wc).host_gb < mini.host_gb
+    paper = need(configs["paper"], "convert_decode_speed", wc)  # 3 Llama-3.1-8B models in bf16
+    assert paper.gpus * paper.gpu_gb > 3 * 8.03e9 * 2 / 1024**3

@@ -108,15 +108,17 @@ def flops_hours(flops: float, rate: float, gpus: int, node: Node = NODE) -> floa
 
 
 def inference(card: Card, dtype: str, *, batch: int, context: int, decode_steps: float,
-              score_tokens: float = 0.0) -> Need:  # fmt: skip
+              score_tokens: float = 0.0, models: int = 1) -> Need:  # fmt: skip
     """A job that loads a model on GPUs, scores `score_tokens` and decodes `decode_steps`
-    steps of `batch` sequences of up to `context` positions."""
+    steps of `batch` sequences of up to `context` positions; `models` such models (each at
+    most the card's size) held at once, each with its own cache."""
     act = batch * context * card.hidden * 4 * 8 / GB + batch * card.vocab * 4 / GB  # (B,T,H)s
-    gb = weights_gb(card, dtype) + kv_gb(card, batch * context, dtype) + act + 1.0
+    held = weights_gb(card, dtype) + kv_gb(card, batch * context, dtype)
+    gb = models * held + act + 1.0
     gpus = gpus_for(gb)
     hours = decode_hours(card, dtype, decode_steps, gpus)
     hours += flops_hours(2 * card.params * score_tokens, RATES.score, gpus)
-    return Need(gpus, gb / gpus, 1.5 * weights_gb(card, dtype) + 16, 8 * gpus, hours)
+    return Need(gpus, gb / gpus, 1.5 * models * weights_gb(card, dtype) + 16, 8 * gpus, hours)
 
 
 def on_device(need: Need, device: str) -> Need:
@@ -219,12 +221,17 @@ TASK_TOKENS = {"wikitext": 3e5, "arc_challenge": 1.2e6, "arc_easy": 2.2e6, "hell
 
 
 def _decode_speed(config: Mapping[str, Any], wildcards: Any) -> Need:
-    """Timed decoding of ~4 models; with `restored`, first a restoration on the host (as
-    heal_restore's): its memory and time come before the timed part."""
+    """Timed decoding of the original, its conversion at each rank and the restoration, all
+    loaded at once, each with its cache at one context (`kvspec.care.decode_speed.measure`);
+    with `restored`, first a restoration on the host (as heal_restore's): its memory and time
+    come before the timed part."""
     card, spec = _model(config, wildcards), config["care"]["decode_speed"]
-    steps = len(spec["contexts"]) * spec["new_tokens"] * spec["repeats"] * 4  # 4 timed models
+    ranks = spec["ranks"]["ranks"] or spec["ranks"]["fractions"]  # explicit ranks win
+    models = 1 + len(ranks) + bool(spec["restored"])
+    steps = len(spec["contexts"]) * spec["new_tokens"] * spec["repeats"] * models
     timed = inference(card, _dtype(config), batch=1, context=max(spec["contexts"]),
-                      decode_steps=steps, score_tokens=sum(spec["contexts"]) * 4)  # fmt: skip
+                      decode_steps=steps, score_tokens=sum(spec["contexts"]) * models,
+                      models=models)  # fmt: skip
     if not spec["restored"]:
         return timed
     restore = _cpu_linear_algebra(config, wildcards)
