@@ -353,6 +353,10 @@ def test_decode_speed_times_planned_models_only(plans, dags, configs, schema) ->
     )
     from kvspec.plan.params import RULES
 
+    # config.yaml care.heal: r = 96 of SmolLM2's 192, freqfold 2, one latent rank for all layers
+    assert restored["settings"] == {"method": "transmla", "rank": 96, "freqfold": 2,
+                                    "cache": "matched", "rope_width": None, "schedule": "uniform",
+                                    "shrinkage": "mean_diag", "rank_bounds": None}  # fmt: skip
     heal_restore = RULES["heal_restore"](plan, plan.config)  # the same restoration
     assert restored["settings"] == heal_restore["settings"](SimpleNamespace(method="transmla"))
     assert restored["opts"] == heal_restore["opts"]
