@@ -1,20 +1,23 @@
 """Timed decoding runs: every method on the same prompts, batch size 1, side by side.
 
 Methods are measured in one process, interleaved prompt by prompt (so a change in machine
-load hits every method alike), after one discarded warm-up run of each. Per run we record
-the wall time, the number of target forward passes that produced tokens (via a forward
-hook, so Hugging Face's own loops are counted the same way as ours), and for our loop the
-draft and verify time of every step. `kvspec.decoding.bench_summary` turns the records into
-tokens/s, accepted length, speedup over plain greedy decoding and where the time goes.
+load hits every method alike), after one discarded warm-up run of each (a short one: a few
+new tokens warm the allocator, the kernels and the index's pages as well as a full answer,
+run by a second instance of each method so that what an adaptive drafter learns while
+warming up stays out of its timed runs). Per run we record the wall time, the number of
+target forward passes that produced tokens (via a forward hook, so Hugging Face's own loops
+are counted the same way as ours), and for our loop the draft and verify time of every step.
+`kvspec.decoding.bench_summary` turns the records into tokens/s, accepted length, speedup over
+plain greedy decoding and where the time goes.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from tqdm import tqdm
@@ -35,7 +38,11 @@ class Run:
     draft_step_seconds: list[float] = field(default_factory=list)
 
 
-Method = Callable[[list[int]], Run]
+class Method(Protocol):
+    """One decoding method: a prompt's ids -> its timed Run. `max_new_tokens` overrides the
+    method's token budget for one call (the benchmark's short warm-up)."""
+
+    def __call__(self, prompt: list[int], max_new_tokens: int | None = None) -> Run: ...
 
 
 class ForwardCounter:
@@ -76,11 +83,17 @@ def run_benchmark(
     baseline: str = "greedy",
     baseline_repeats: int = 1,
     warmup: bool = True,
+    warmup_tokens: int | None = None,
+    warmup_methods: Mapping[str, Method] | None = None,
 ) -> list[dict[str, Any]]:
     """Time every method on every (prompt id, prompt ids); one record per method and prompt.
 
-    The first prompt is decoded once by every method first, untimed (warm-up; `warmup=False`
-    skips it when an earlier call in the same process warmed every method up). Each
+    The first prompt is decoded once by every method first, untimed, to `warmup_tokens` new
+    tokens (None: the methods' own budget; `warmup=False` skips it when an earlier call in
+    the same process warmed every method up). `warmup_methods`, fresh instances of the same
+    methods, take the warm-up instead of the timed ones, so that nothing a method learns
+    while warming up (an adaptive drafter's acceptance and cost estimates) reaches its timed
+    run of that same prompt; None warms the timed instances up. Each
     timed record keeps the median-time run of `repeats`. The `baseline` method runs
     `baseline_repeats` times per prompt instead, first and then after all other methods,
     so its spread (`baseline_seconds`, one time per repeat) shows how much the machine's
@@ -91,8 +104,9 @@ def run_benchmark(
     """
     if not prompts:
         raise ValueError("no benchmark prompts")
-    for fn in methods.values() if warmup else ():
-        fn(prompts[0][1])  # warm-up: allocator, kernels, page cache of the index
+    warm = methods if warmup_methods is None else warmup_methods
+    for name in methods if warmup else ():
+        warm[name](prompts[0][1], warmup_tokens)  # allocator, kernels, the index's pages
     records = []
     for prompt_id, ids in tqdm(prompts, desc="benchmark", unit="prompt", mininterval=5):
         base_runs = [methods[baseline](ids)] if baseline in methods else []

@@ -230,16 +230,15 @@ def _method(setup: Any, head: nn.Module, kind: str, k: int, tree: Mapping[str, i
     from kvspec.decoding.loop import speculative_generate
     from kvspec.decoding.tree import tree_generate
 
-    def run(prompt: list[int]) -> Any:
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Any:
         drafter = make_drafter(kind, head, setup.target, tree)
+        budget = max_new_tokens or setup.max_new_tokens
         t0 = time.perf_counter()
         if tree is None:
-            tokens, steps = speculative_generate(setup.target, prompt, drafter,
-                                                 setup.max_new_tokens, k,
+            tokens, steps = speculative_generate(setup.target, prompt, drafter, budget, k,
                                                  eos_token_id=setup.stops)  # fmt: skip
         else:
-            tokens, steps = tree_generate(setup.target, prompt, drafter, setup.max_new_tokens,
-                                          setup.stops)  # fmt: skip
+            tokens, steps = tree_generate(setup.target, prompt, drafter, budget, setup.stops)
         return run_of_steps(tokens, steps, time.perf_counter() - t0)
 
     return run
@@ -297,12 +296,15 @@ def neural_bench_stage(
     linear: str,
     seed: int,
     threads: int,
+    warmup_tokens: int | None = None,
 ) -> None:
     """Greedy, the `baselines` (speed-benchmark methods) and every head's tree method on every
     prompt set, its chain method on `chain_sets` (None: every set) and `ablation_set`, and the
     `ablations` heads' chain methods and `vocab_sweep`'s methods (`vocab_sweep_methods`: its
     `drafter` over each of its `sizes`) on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
-    `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set."""
+    `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set's first
+    prompt to `warmup_tokens` new tokens (None: a full answer), the baselines by second
+    instances."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.bench import run_benchmark
     from kvspec.decoding.bench_summary import mark_divergence, summarize
@@ -331,12 +333,16 @@ def neural_bench_stage(
         name = vocab_sweep["drafter"]
         ablation_methods |= vocab_sweep_methods(setup, inputs[f"head_{name}"], name,
                                                 vocab_sweep["sizes"], chain_k, tree)  # fmt: skip
+    # the baselines' warm-up runs on second instances (an adaptive drafter would otherwise
+    # start its timed run of a prompt having learnt from it); a head's method drafts afresh
+    # every call
+    fresh = benchmark_methods(setup, ["greedy", *baselines], ["greedy"])
     records, summaries, warm = [], [], set()
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)
         chosen = _methods_of_set(name, methods, ablation_methods, ablation_set, chain_sets)
-        for fn in (fn for m, fn in chosen.items() if m not in warm):
-            fn(prompts[0][1])  # untimed warm-up of methods that join on this set
+        for m in (m for m in chosen if m not in warm):  # methods joining on this set
+            fresh.get(m, chosen[m])(prompts[0][1], warmup_tokens)  # untimed
         warm |= set(chosen)
         recs = run_benchmark(chosen, prompts, 1, baseline_repeats=baseline_repeats, warmup=False)
         mark_divergence(target, recs, prompts)

@@ -109,10 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     names = ["greedy", "hf_prompt_lookup", "sd_infgram_target", *args.methods]
     methods = benchmark_methods(setup, names, ["greedy"])
-    spread = schema_defaults("spec", "speed")["unstable_spread"]
-    records = run_benchmark(methods, prompts)
+    speed = schema_defaults("spec", "speed")
+    records = run_benchmark(methods, prompts, warmup_tokens=speed["warmup_tokens"],
+                            warmup_methods=benchmark_methods(setup, names, ["greedy"]))  # fmt: skip
     mark_divergence(target, records, prompts)
-    summary = summarize(records, unstable_spread=spread)
+    summary = summarize(records, unstable_spread=speed["unstable_spread"])
     summary = summary.set_index("method")
     sd, greedy, hf = (summary.loc[m] for m in ("sd_infgram_target", "greedy", "hf_prompt_lookup"))
     print(f"\nHumanEval, {args.n} prompts, {args.max_new_tokens} new tokens, batch 1, k={args.k}:")

@@ -128,14 +128,14 @@ def llama_cpp_method(
         if lookup else None  # fmt: skip
     llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads,
                           n_threads_batch=threads, draft_model=draft, verbose=False)  # fmt: skip
-    calls = _count_evals(llm)
+    calls, default_budget = _count_evals(llm), max_new_tokens
 
-    def run(prompt: list[int]) -> Run:
-        calls[0], out = 0, []
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Run:
+        calls[0], out, budget = 0, [], max_new_tokens or default_budget
         t0 = time.perf_counter()
         for token in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
             out.append(int(token))
-            if token in stops or len(out) >= max_new_tokens:
+            if token in stops or len(out) >= budget:
                 break
         seconds = time.perf_counter() - t0
         return Run(out, seconds, calls[0])  # the prompt's evaluation yields the first token

@@ -124,10 +124,11 @@ def benchmark_methods(
 
 # ---- loops ------------------------------------------------------------------------------------
 def _greedy_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
-    def run(prompt: list[int]) -> Run:
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Run:
+        budget = max_new_tokens or setup.max_new_tokens
         with ForwardCounter(setup.target) as fc:
             t0 = time.perf_counter()
-            tokens = greedy_generate(setup.target, prompt, setup.max_new_tokens, setup.stops)
+            tokens = greedy_generate(setup.target, prompt, budget, setup.stops)
             seconds = time.perf_counter() - t0
         return Run(tokens, seconds, fc.calls - (len(prompt) > 1))  # prefill produces nothing
 
@@ -143,13 +144,14 @@ def _hf_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
         extra["assistant_model"] = _draft(name, setup)
 
     @torch.inference_mode()
-    def run(prompt: list[int]) -> Run:
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Run:
         ids = torch.tensor([prompt], dtype=torch.long, device=setup.target.device)  # (1, P)
         with ForwardCounter(setup.target) as fc:
             t0 = time.perf_counter()
             out = setup.target.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids),
-                max_new_tokens=setup.max_new_tokens, do_sample=False, eos_token_id=setup.stops,
+                max_new_tokens=max_new_tokens or setup.max_new_tokens, do_sample=False,
+                eos_token_id=setup.stops,
                 pad_token_id=setup.stops[0], **extra,
             )  # fmt: skip
             seconds = time.perf_counter() - t0
@@ -162,10 +164,10 @@ def _chain_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
     """Our speculative loop with a chain drafter, greedy or rejection-sampling verification."""
     drafter, k = make_drafter(name, setup)
 
-    def run(prompt: list[int]) -> Run:
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Run:
         t0 = time.perf_counter()
         tokens, steps = speculative_generate(
-            setup.target, prompt, drafter, setup.max_new_tokens, k,
+            setup.target, prompt, drafter, max_new_tokens or setup.max_new_tokens, k,
             mode=setup.mode, eos_token_id=setup.stops, seed=derive(setup.seed, "verify"),
         )  # fmt: skip
         return run_of_steps(tokens, steps, time.perf_counter() - t0)
@@ -179,11 +181,10 @@ def _tree_loop(name: str, decl: MethodDecl, setup: Setup) -> Method:
         raise ValueError(f"{name} verifies greedily only (no rejection-sampling tree)")
     drafter = TREE_DRAFTERS[decl.drafter](name, decl, setup)
 
-    def run(prompt: list[int]) -> Run:
+    def run(prompt: list[int], max_new_tokens: int | None = None) -> Run:
         t0 = time.perf_counter()
-        tokens, steps = tree_generate(
-            setup.target, prompt, drafter, setup.max_new_tokens, setup.stops
-        )
+        budget = max_new_tokens or setup.max_new_tokens
+        tokens, steps = tree_generate(setup.target, prompt, drafter, budget, setup.stops)
         return run_of_steps(tokens, steps, time.perf_counter() - t0)
 
     return run

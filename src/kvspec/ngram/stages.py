@@ -184,8 +184,11 @@ def speed_stage(
     baseline_repeats: int = 1,
     unstable_spread: float,
     draft_linear: str | None = None,
+    warmup_tokens: int | None = None,
 ) -> None:
-    """Every decoding method on one benchmark set, side by side in this process.
+    """Every decoding method on one benchmark set, side by side in this process, after an
+    untimed warm-up of each to `warmup_tokens` new tokens on the first prompt (by a second
+    instance of the method, so the adaptive drafters start their timed runs cold).
 
     `inputs` holds `model`, `prompts` and whatever the methods need (`draft`, `index_sft`,
     `index_target` with their `*_stats`, acceptance rows `calib_index_*` calibrating the
@@ -229,7 +232,9 @@ def speed_stage(
     )
     prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
     methods_ = benchmark_methods(setup, methods, decode["modes"])
-    records = run_benchmark(methods_, prompts, repeats, baseline_repeats=baseline_repeats)
+    fresh = benchmark_methods(setup, methods, decode["modes"])  # the warm-up's instances
+    records = run_benchmark(methods_, prompts, repeats, baseline_repeats=baseline_repeats,
+                            warmup_tokens=warmup_tokens, warmup_methods=fresh)  # fmt: skip
     mark_divergence(target, records, prompts)
     summary = summarize(records, unstable_spread=unstable_spread)
     if summary["baseline_unstable"].iloc[0]:

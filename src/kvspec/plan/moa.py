@@ -156,7 +156,8 @@ class MoAPlan:
                 "max_new_tokens": m["max_new_tokens"], "baseline_repeats": m["baseline_repeats"],
                 "decode": dict(self.spec.spec["decode"]),
                 "max_support": self.spec.spec["index"]["max_support"],
-                "unstable_spread": self.spec.spec["speed"]["unstable_spread"]}  # fmt: skip
+                "unstable_spread": self.spec.spec["speed"]["unstable_spread"],
+                "warmup_tokens": self.spec.spec["speed"]["warmup_tokens"]}  # fmt: skip
 
     # ---------------------------------------------------------------- report
 

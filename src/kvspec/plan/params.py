@@ -206,7 +206,7 @@ def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"methods": lambda w: speed["runs"][w.model]["methods"], "bench": plan.spec.speed_set,
             "decode": spec["decode"], "max_new_tokens": speed["max_new_tokens"],
             "repeats": speed["repeats"], "baseline_repeats": speed["baseline_repeats"],
-            "unstable_spread": speed["unstable_spread"],
+            "unstable_spread": speed["unstable_spread"], "warmup_tokens": speed["warmup_tokens"],
             "max_support": spec["index"]["max_support"], **_run(c), **_drafting(c)}  # fmt: skip
 
 
