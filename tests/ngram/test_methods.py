@@ -269,12 +269,28 @@ def test_the_warm_up_runs_on_second_instances_so_nothing_learnt_reaches_a_timed_
 
     log: list[str] = []
     timed = {"greedy": learner(log, "timed"), "sd_x": learner(log, "timed")}
-    fresh = {"greedy": learner(log, "warm"), "sd_x": learner(log, "warm")}
+    fresh = {"sd_x": learner(log, "warm")}  # only the methods that learn get a second one
     records = run_benchmark(timed, [("a", [1]), ("b", [2])], warmup_methods=fresh)
-    assert log[:2] == ["warm", "warm"] and set(log[2:]) == {"timed"}
+    assert log[:2] == ["timed", "warm"] and set(log[2:]) == {"timed"}
     assert [r["accepted"] for r in records if r["method"] == "sd_x"] == [0, 1]  # cold at "a"
     records = run_benchmark({"sd_x": learner([], "timed")}, [("a", [1])])  # no second instance
     assert records[0]["accepted"] == 1  # it had learnt from its warm-up on "a"
+
+
+def test_only_the_declared_learners_keep_state_between_calls(setup, prompts):
+    """The methods warmed up on their timed instance (`MethodDecl.learns` false) run a prompt
+    alike whatever they ran before: built as the rule builds them, a run of one prompt equals
+    its run after another prompt, draft for draft."""
+    assert METHODS["sd_hybrid_target"].learns and METHODS["llamacpp_greedy"].learns
+    assert not METHODS["sd_suffix_decoding"].learns and not METHODS["sd_draft"].learns
+    (_, first), (_, second) = prompts[:2]
+    for name in (m for m in LOCAL if not METHODS[m].learns):
+        fn = build_method(name, setup)
+        before = fn(first)
+        fn(second)
+        after = fn(first)
+        stats = ("tokens", "forwards", "steps", "drafted", "accepted")
+        assert [getattr(before, k) for k in stats] == [getattr(after, k) for k in stats], name
 
 
 def test_baseline_spread_and_unstable_flag():

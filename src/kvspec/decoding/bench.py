@@ -3,10 +3,11 @@
 Methods are measured in one process, interleaved prompt by prompt (so a change in machine
 load hits every method alike), after one discarded warm-up run of each (a short one: a few
 new tokens warm the allocator, the kernels and the index's pages as well as a full answer,
-run by a second instance of each method so that what an adaptive drafter learns while
-warming up stays out of its timed runs). Per run we record the wall time, the number of
-target forward passes that produced tokens (via a forward hook, so Hugging Face's own loops
-are counted the same way as ours), and for our loop the draft and verify time of every step.
+run by a second instance of each method that learns between calls, so that what an adaptive
+drafter learns while warming up stays out of its timed runs). Per run we record the wall
+time, the number of target forward passes that produced tokens (via a forward hook, so Hugging
+Face's own loops are counted the same way as ours), and for our loop the draft and verify
+time of every step.
 `kvspec.decoding.bench_summary` turns the records into tokens/s, accepted length, speedup over
 plain greedy decoding and where the time goes.
 """
@@ -90,10 +91,10 @@ def run_benchmark(
 
     The first prompt is decoded once by every method first, untimed, to `warmup_tokens` new
     tokens (None: the methods' own budget; `warmup=False` skips it when an earlier call in
-    the same process warmed every method up). `warmup_methods`, fresh instances of the same
-    methods, take the warm-up instead of the timed ones, so that nothing a method learns
-    while warming up (an adaptive drafter's acceptance and cost estimates) reaches its timed
-    run of that same prompt; None warms the timed instances up. Each
+    the same process warmed every method up). `warmup_methods`, second instances of the
+    methods that learn between calls (an adaptive drafter's acceptance and cost estimates),
+    take the warm-up in their place, so that nothing learnt while warming up reaches a timed
+    run of that same prompt; every other method warms up on its timed instance. Each
     timed record keeps the median-time run of `repeats`. The `baseline` method runs
     `baseline_repeats` times per prompt instead, first and then after all other methods,
     so its spread (`baseline_seconds`, one time per repeat) shows how much the machine's
@@ -104,7 +105,7 @@ def run_benchmark(
     """
     if not prompts:
         raise ValueError("no benchmark prompts")
-    warm = methods if warmup_methods is None else warmup_methods
+    warm = {**methods, **(warmup_methods or {})}
     for name in methods if warmup else ():
         warm[name](prompts[0][1], warmup_tokens)  # allocator, kernels, the index's pages
     records = []

@@ -303,8 +303,8 @@ def neural_bench_stage(
     `ablations` heads' chain methods and `vocab_sweep`'s methods (`vocab_sweep_methods`: its
     `drafter` over each of its `sizes`) on `ablation_set` (`inputs`: `model`, `head_<drafter>`,
     `prompts_<set>`, indexes). Every method is warmed up, untimed, on its first set's first
-    prompt to `warmup_tokens` new tokens (None: a full answer), the baselines by second
-    instances."""
+    prompt to `warmup_tokens` new tokens (None: a full answer), the baselines that learn
+    between calls by second instances."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.bench import run_benchmark
     from kvspec.decoding.bench_summary import mark_divergence, summarize
@@ -318,6 +318,7 @@ def neural_bench_stage(
         input_indexes,
         open_engines,
     )
+    from kvspec.ngram.registry import method as declared
 
     use_threads(threads)
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
@@ -333,10 +334,10 @@ def neural_bench_stage(
         name = vocab_sweep["drafter"]
         ablation_methods |= vocab_sweep_methods(setup, inputs[f"head_{name}"], name,
                                                 vocab_sweep["sizes"], chain_k, tree)  # fmt: skip
-    # the baselines' warm-up runs on second instances (an adaptive drafter would otherwise
-    # start its timed run of a prompt having learnt from it); a head's method drafts afresh
-    # every call
-    fresh = benchmark_methods(setup, ["greedy", *baselines], ["greedy"])
+    # the baselines that learn between calls warm up on second instances (an adaptive drafter
+    # would otherwise start its timed run of a prompt having learnt from it); a head's method
+    # drafts afresh every call
+    fresh = benchmark_methods(setup, [b for b in baselines if declared(b).learns], ["greedy"])
     records, summaries, warm = [], [], set()
     for name, bench in sets.items():
         prompts = bench_prompts(read_jsonl(inputs[f"prompts_{name}"]), bench, tokenizer)

@@ -35,6 +35,7 @@ from kvspec.ngram.drafters import InfiniGramDrafter
 from kvspec.ngram.index import open_engine
 from kvspec.ngram.latency import draft_latency
 from kvspec.ngram.methods import DecodeSettings, Setup, benchmark_methods
+from kvspec.ngram.registry import method
 
 
 def _responses(results: Path, model: str, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -110,8 +111,10 @@ def main(argv: list[str] | None = None) -> None:
     names = ["greedy", "hf_prompt_lookup", "sd_infgram_target", *args.methods]
     methods = benchmark_methods(setup, names, ["greedy"])
     speed = schema_defaults("spec", "speed")
+    learners = [n for n in names if method(n).learns]  # warmed up on second instances
+    fresh = benchmark_methods(setup, learners, ["greedy"])
     records = run_benchmark(methods, prompts, warmup_tokens=speed["warmup_tokens"],
-                            warmup_methods=benchmark_methods(setup, names, ["greedy"]))  # fmt: skip
+                            warmup_methods=fresh)  # fmt: skip
     mark_divergence(target, records, prompts)
     summary = summarize(records, unstable_spread=speed["unstable_spread"])
     summary = summary.set_index("method")

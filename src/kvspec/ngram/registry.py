@@ -35,6 +35,14 @@ class MethodDecl:
         """No rejection-sampling variant ("@sample"): trees verify greedily."""
         return self.loop in ("greedy", "hf", "tree", "llamacpp")
 
+    @property
+    def learns(self) -> bool:
+        """Keeps state between calls that changes its later runs: an adaptive drafter's
+        acceptance and cost estimates, llama.cpp's cache of the previous call's tokens. The
+        others (SuffixDecoding drops each request's response again) run a prompt alike
+        whatever ran before (tested)."""
+        return self.adaptive or self.loop == "llamacpp"
+
 
 def _infgram(index: str, adaptive: bool = False) -> MethodDecl:
     calib = (f"calib_index_{index}",) if adaptive else ()

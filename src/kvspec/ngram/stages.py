@@ -188,7 +188,7 @@ def speed_stage(
 ) -> None:
     """Every decoding method on one benchmark set, side by side in this process, after an
     untimed warm-up of each to `warmup_tokens` new tokens on the first prompt (by a second
-    instance of the method, so the adaptive drafters start their timed runs cold).
+    instance of each method that learns between calls, so those start their timed runs cold).
 
     `inputs` holds `model`, `prompts` and whatever the methods need (`draft`, `index_sft`,
     `index_target` with their `*_stats`, acceptance rows `calib_index_*` calibrating the
@@ -204,6 +204,7 @@ def speed_stage(
         input_indexes,
         open_engines,
     )
+    from kvspec.ngram.registry import method
 
     use_threads(threads)
     target, tokenizer = load_model(inputs["model"], dtype=dtype, device=device, linear=linear)
@@ -232,7 +233,8 @@ def speed_stage(
     )
     prompts = bench_prompts(read_jsonl(inputs["prompts"]), bench, tokenizer)
     methods_ = benchmark_methods(setup, methods, decode["modes"])
-    fresh = benchmark_methods(setup, methods, decode["modes"])  # the warm-up's instances
+    learners = [m for m in methods if method(m).learns]  # warmed up on second instances
+    fresh = benchmark_methods(setup, learners, decode["modes"])
     records = run_benchmark(methods_, prompts, repeats, baseline_repeats=baseline_repeats,
                             warmup_tokens=warmup_tokens, warmup_methods=fresh)  # fmt: skip
     mark_divergence(target, records, prompts)
