@@ -167,3 +167,20 @@ def test_state_from_another_configuration_is_ignored(tmp_path) -> None:
 def test_bad_settings_are_refused(kw, match) -> None:
     with pytest.raises(ValueError, match=match):
         _spec(**kw)
+
+
+@pytest.mark.parametrize(
+    ("value", "native", "expected"),
+    [("auto", True, "bf16"), ("auto", False, "no"), ("no", True, "no"), ("bf16", False, "bf16")],
+)
+def test_auto_mixed_precision_is_bf16_only_where_bfloat16_is_native(
+    monkeypatch, value, native, expected
+) -> None:
+    import kvspec.care.engines as engines
+    from kvspec.care.heal_stages import _heal_spec
+
+    monkeypatch.setattr(engines, "native_bfloat16", lambda device: native)
+    assert engines.resolve_mixed_precision(value) == expected
+    spec = _heal_spec({"budgets": [64], "seq_len": 8, "micro_batch": 2, "accum": 2,
+                       "mixed_precision": value}, seed=0)  # fmt: skip
+    assert spec.mixed_precision == expected

@@ -275,7 +275,14 @@ def ablation_stage(
 
 
 def _heal_spec(train_opts: dict[str, Any], seed: int) -> HealSpec:
-    return HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"])}, seed=seed)
+    """The healing settings, `mixed_precision: auto` resolved on this machine (the spec's repr
+    goes into every record)."""
+    from kvspec.care.engines import resolve_mixed_precision
+
+    return HealSpec(**{**train_opts, "budgets": list(train_opts["budgets"]),
+                       "mixed_precision": resolve_mixed_precision(
+                           train_opts.get("mixed_precision", HealSpec.mixed_precision))},
+                    seed=seed)  # fmt: skip
 
 
 def _window_nlls(curve: list[dict[str, Any]], spec: HealSpec) -> dict[str, list[float]]:
