@@ -173,9 +173,9 @@ def _mean(value: float, world: int, device: torch.device) -> float:
 
 
 def resolve_mixed_precision(value: str) -> str:
-    """`value` ("no", "bf16" or "auto"), with "auto" made "bf16" where the loop computes (a CUDA
-    GPU if there is one, else the CPU) has bfloat16 products in hardware, "no" elsewhere:
-    emulated bfloat16 is slower than float32 (`kvspec.models.load.native_bfloat16`)."""
+    """`value` ("no", "bf16" or "auto"), with "auto" made "bf16" where the device the loop runs
+    on (a CUDA GPU if there is one, else the CPU) has bfloat16 products in hardware, "no"
+    elsewhere: emulated bfloat16 is slower than float32 (`kvspec.models.load.native_bfloat16`)."""
     if value != "auto":
         return value
     return "bf16" if native_bfloat16("cuda" if torch.cuda.is_available() else "cpu") else "no"
