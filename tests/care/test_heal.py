@@ -184,3 +184,32 @@ def test_auto_mixed_precision_is_bf16_only_where_bfloat16_is_native(
     spec = _heal_spec({"budgets": [64], "seq_len": 8, "micro_batch": 2, "accum": 2,
                        "mixed_precision": value}, seed=0)  # fmt: skip
     assert spec.mixed_precision == expected
+
+
+@pytest.fixture
+def fresh_accelerator_state():
+    """accelerate keeps one process-wide state, whose mixed precision cannot change."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(True)
+    yield
+    AcceleratorState._reset_state(True)
+
+
+def test_under_bf16_the_teacher_is_validated_in_the_students_precision(
+    fresh_accelerator_state,
+) -> None:
+    from kvspec.care.heal import val_perplexity, val_windows
+
+    teacher = _model(1)
+    spec = _spec(budgets=[64], mixed_precision="bf16")
+    curve = heal(_model(0), teacher, _tokens(4000, 1), _tokens(400, 2), spec, lambda b, m: None)
+    val = val_windows(_tokens(400, 2), spec)
+    float32 = val_perplexity(teacher, val, spec.micro_batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = val_perplexity(teacher, val, spec.micro_batch)
+    assert bf16 != pytest.approx(float32, rel=1e-6)  # the two precisions can be told apart
+    assert curve[0]["teacher_val_ppl"] == pytest.approx(bf16, rel=1e-9)
+    # and the student's own validation ran in that autocast too (start of the curve)
+    start = val_perplexity(_model(0), val, spec.micro_batch)
+    assert curve[0]["val_ppl"] != pytest.approx(start, rel=1e-6)

@@ -44,6 +44,11 @@ class Replicated:
         with contextlib.nullcontext() if sync else self.acc.no_sync(model), self.acc.autocast():
             yield
 
+    def evaluation(self) -> contextlib.AbstractContextManager[Any]:
+        """The precision the prepared student validates in (accelerate wraps its forward in
+        this autocast), for the teacher's reference forwards."""
+        return self.acc.autocast()
+
     def backward(self, loss: torch.Tensor) -> None:
         self.acc.backward(loss)
 
@@ -98,6 +103,11 @@ class Sharded:
     def micro(self, model: Any, sync: bool) -> Iterator[None]:
         model.set_requires_gradient_sync(sync)  # reduce-scatter on the last micro-batch only
         yield
+
+    def evaluation(self) -> contextlib.AbstractContextManager[Any]:
+        """Nothing to add: the sharded teacher computes in the policy's parameter dtype, as the
+        student does."""
+        return contextlib.nullcontext()
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()

@@ -195,7 +195,8 @@ def heal(
     val = val_windows(val_tokens, spec)
     if not curve:
         curve.append(_row(0, spec, float("nan"), float("nan"), model, val, 0.0))
-        curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
+        with eng.evaluation():  # the teacher in the precision the student validates in
+            curve[0]["teacher_val_ppl"] = val_perplexity(teacher, val, spec.micro_batch)
         log.info("step 0 (before healing): val ppl %.3f, teacher %.3f",
                  curve[0]["val_ppl"], curve[0]["teacher_val_ppl"])  # fmt: skip
     budget_at = budget_steps(spec.budgets, spec.tokens_per_step)
