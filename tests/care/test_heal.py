@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,28 +180,19 @@ def test_auto_mixed_precision_is_bf16_only_where_bfloat16_is_native(
     monkeypatch, value, native, expected
 ) -> None:
     import kvspec.care.engines as engines
+    import kvspec.models.load as load
     from kvspec.care.heal_stages import _heal_spec
 
-    monkeypatch.setattr(engines, "native_bfloat16", lambda device: native)
+    monkeypatch.setattr(load, "native_bfloat16", lambda device: native)
     assert engines.resolve_mixed_precision(value) == expected
     spec = _heal_spec({"budgets": [64], "seq_len": 8, "micro_batch": 2, "accum": 2,
                        "mixed_precision": value}, seed=0)  # fmt: skip
     assert spec.mixed_precision == expected
 
 
-@pytest.fixture
-def fresh_accelerator_state():
-    """accelerate keeps one process-wide state, whose mixed precision cannot change."""
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(True)
-    yield
-    AcceleratorState._reset_state(True)
-
-
-def test_under_bf16_the_teacher_is_validated_in_the_students_precision(
-    fresh_accelerator_state,
-) -> None:
+def check_teacher_validated_in_students_precision() -> None:
+    """Run in a fresh interpreter: accelerate keeps one process-wide state, whose mixed
+    precision cannot change once another test has set it."""
     from kvspec.care.heal import val_perplexity, val_windows
 
     teacher = _model(1)
@@ -213,3 +207,10 @@ def test_under_bf16_the_teacher_is_validated_in_the_students_precision(
     # and the student's own validation ran in that autocast too (start of the curve)
     start = val_perplexity(_model(0), val, spec.micro_batch)
     assert curve[0]["val_ppl"] != pytest.approx(start, rel=1e-6)
+
+
+def test_under_bf16_the_teacher_is_validated_in_the_students_precision() -> None:
+    code = "import tests.care.test_heal as t; t.check_teacher_validated_in_students_precision()"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]

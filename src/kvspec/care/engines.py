@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kvspec.models.load import native_bfloat16
+from kvspec.models.load import resolve_dtype
 from kvspec.models.optim import load_state, save_state
 from kvspec.models.parallel import rank_and_world
 
@@ -185,10 +185,11 @@ def _mean(value: float, world: int, device: torch.device) -> float:
 def resolve_mixed_precision(value: str) -> str:
     """`value` ("no", "bf16" or "auto"), with "auto" made "bf16" where the device the loop runs
     on (a CUDA GPU if there is one, else the CPU) has bfloat16 products in hardware, "no"
-    elsewhere: emulated bfloat16 is slower than float32 (`kvspec.models.load.native_bfloat16`)."""
+    elsewhere: emulated bfloat16 is slower than float32 (`kvspec.models.load.resolve_dtype`)."""
     if value != "auto":
         return value
-    return "bf16" if native_bfloat16("cuda" if torch.cuda.is_available() else "cpu") else "no"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {"bfloat16": "bf16", "float32": "no"}[resolve_dtype("auto", device)]
 
 
 def engine_for(mixed_precision: str, sharding: str) -> Any:
