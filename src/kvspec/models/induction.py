@@ -55,7 +55,7 @@ def head_scores(model: nn.Module, *, n: int = 40, batch: int = 8, seed: int = 0,
     byte tokens), after its BOS token when it has one; eager attention for the run only."""
     vocab = int(model.config.vocab_size)
     low, high = ids or (vocab // 10, vocab * 9 // 10)
-    if not 0 <= low < high <= vocab or high - low < n:
+    if not 0 <= low < high <= vocab:
         raise ValueError(f"token ids [{low}, {high}) must lie in the vocabulary of {vocab}")
     gen = torch.Generator().manual_seed(seed)
     rand = torch.randint(low, high, (batch, n), generator=gen)
