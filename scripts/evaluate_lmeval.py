@@ -1,16 +1,14 @@
-"""Rules evaluate_original / evaluate_lmeval / evaluate_healed: lm-eval metrics of one model."""
+"""Rules evaluate_original / evaluate_lmeval / evaluate_healed: lm-eval metrics of one model (for
+evaluate_lmeval, the MLA model the job converts from the factors and rank plan it reads)."""
 
-from kvspec.care.pipeline import evaluate_stage
+from kvspec.care.pipeline import evaluate_job
 from kvspec.logs import log_to
 
 with log_to(snakemake.log[0]):
-    job = snakemake.params.job
-    evaluate_stage(
-        snakemake.input.model,
+    evaluate_job(
+        dict(snakemake.input.items()),
         snakemake.output[0],
-        tasks=job["tasks"],
-        task_dir=job["task_dir"],
-        settings=job["settings"],
-        meta={"model": snakemake.wildcards.model, "variant": job["variant"]},
-        threads=snakemake.threads,
+        snakemake.params.job,
+        snakemake.wildcards.model,
+        snakemake.threads,
     )

@@ -18,6 +18,7 @@ from kvspec.care.factorize import factorize
 from kvspec.care.pipeline import (
     convert_stage,
     covariance_stage,
+    evaluate_job,
     evaluate_stage,
     factorize_stage,
     kv_cache_widths,
@@ -232,3 +233,35 @@ def test_evaluate_stage_auto_dtype_follows_the_hardware(
     evaluate_stage(str(saved), str(out), tasks=tasks, task_dir=task_dir, settings=settings,
                    meta={"model": "target", "variant": "original"}, threads=1)  # fmt: skip
     assert json.loads(out.read_text())["dtype"] == ("bfloat16" if native else "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_evaluate_job_scores_what_convert_mla_saves(tmp_path, saved, dtype) -> None:
+    """The evaluate rules' entry point: given factors and a rank plan (evaluate_lmeval), it
+    converts inside the job and writes the record convert_mla's saved model gives, to the last
+    digit, in each dtype; the low-rank model scores differently from the original, and no
+    scratch copy is left beside the output."""
+    factors = str(tmp_path / "svd.safetensors")
+    plan = str(tmp_path / "r2.json")
+    factorize_stage(str(saved), None, factors, method="svd", opts=OPTS, seed=0)
+    allocate_stage(factors, "uniform", 2, plan)
+    text = [{"id": str(i), "text": f"{TEXT} number {i} and more words"} for i in range(3)]
+    tasks = {"wiki": {"metric": "word_perplexity", "template": "kvspec_wikitext2",
+                      "data": str(_jsonl(tmp_path / "t.jsonl", text)), "lm_eval": None,
+                      "limit": 2, "max_words": None}}  # fmt: skip
+    settings = {"batch_size": 2, "max_length": 64, "seed": 0, "dtype": dtype, "device": "cpu"}
+    job = {"tasks": tasks, "task_dir": str(Path(__file__).parents[2] / "config" / "lm_eval_tasks"),
+           "settings": settings, "variant": "svd-none/uniform-r2"}  # fmt: skip
+    convert_stage(str(saved), factors, plan, str(tmp_path / "saved-r2"))
+    evaluate_job({"model": str(tmp_path / "saved-r2")}, str(tmp_path / "saved.json"), job,
+                 "target", 1)  # fmt: skip
+    out = tmp_path / "evaluate" / "r2.json"  # its directory does not exist yet
+    evaluate_job({"model": str(saved), "factors": factors, "plan": plan}, str(out), job,
+                 "target", 1)  # fmt: skip
+    fused, separate = json.loads(out.read_text()), json.loads((tmp_path / "saved.json").read_text())
+    assert fused == separate and fused["kv_cached_per_token"] == 2 * 2 * 2
+    assert fused["variant"] == "svd-none/uniform-r2" and fused["dtype"] == dtype
+    evaluate_job({"model": str(saved)}, str(tmp_path / "original.json"), job, "target", 1)
+    original = json.loads((tmp_path / "original.json").read_text())["metrics"]["wiki"]["value"]
+    assert fused["metrics"]["wiki"]["value"] != pytest.approx(original, rel=1e-4)
+    assert [p.name for p in out.parent.iterdir()] == ["r2.json"]

@@ -11,6 +11,7 @@ from kvspec.pipeline.launch import PipelineRun, RankSignalled, launch_local
 from tests.pipeline.test_stage import tiny_llama
 
 PROMPT, NEW = [5, 9, 2, 33, 7, 7, 41, 3], 14
+PROMPT_2 = [12, 40, 9, 5]
 
 
 def _launch(tmp_path, run: PipelineRun) -> dict:
@@ -26,32 +27,36 @@ def _launch(tmp_path, run: PipelineRun) -> dict:
      ("speculative", 3, "draft"), ("pipeinfer", 2, "target"), ("pipeinfer", 3, "draft")],
 )  # fmt: skip
 def test_pipeline_equals_single_process_greedy(models, tmp_path, strategy, n_stages, draft):
-    run = PipelineRun(models["target"], strategy, n_stages, PROMPT, NEW,
+    """One launch, three prompts in turn (the second one shorter, the third the first again):
+    each equals its own single-process greedy output, so no cache carries over."""
+    prompts = [PROMPT, PROMPT_2, PROMPT]
+    run = PipelineRun(models["target"], strategy, n_stages, prompts, NEW,
                       draft=models[draft] if draft else None, k=3, dtype="float64",
                       pipeinfer={"cutoff": 0.0, "recovery": 0.0})  # fmt: skip
-    result = _launch(tmp_path, run)
-    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
-    assert result["new_tokens"] == NEW and result["ttft_s"] > 0 and result["itl_s"] > 0
-    assert len(result["peak_rss_mb"]) == run.world_size
-    if strategy == "iterative":
-        assert result["pipeline_runs"] == NEW
-    elif strategy == "pipeinfer":  # how much it speculates depends on timing; never wrong
-        assert result["accepted"] <= result["drafted"]
-        if draft == "target":  # never rejected; runs still in flight at the end are dropped
-            assert result["cancelled"] == 0
-    elif draft == "target":  # drafting with the target itself: every draft passes
-        assert result["pipeline_runs"] == 4 and result["accepted"] == 3 + 3 + 3 + 1
-    else:  # a different random model: drafts mostly rejected, output still greedy's
-        assert result["drafted"] > 0 and result["pipeline_runs"] <= NEW
+    launched = _launch(tmp_path, run)
+    assert len(launched["peak_rss_mb"]) == run.world_size and len(launched["results"]) == 3
+    for prompt, result in zip(prompts, launched["results"], strict=True):
+        assert result["tokens"] == greedy_generate(tiny_llama(0, 5), prompt, NEW)
+        assert result["new_tokens"] == NEW and result["ttft_s"] > 0 and result["itl_s"] > 0
+        if strategy == "iterative":
+            assert result["pipeline_runs"] == NEW
+        elif strategy == "pipeinfer":  # how much it speculates depends on timing; never wrong
+            assert result["accepted"] <= result["drafted"]
+            if draft == "target":  # never rejected; runs still in flight at the end are dropped
+                assert result["cancelled"] == 0
+        elif draft == "target":  # drafting with the target itself: every draft passes
+            assert result["pipeline_runs"] == 4 and result["accepted"] == 3 + 3 + 3 + 1
+        else:  # a different random model: drafts mostly rejected, output still greedy's
+            assert result["drafted"] > 0 and result["pipeline_runs"] <= NEW
 
 
 @pytest.mark.parametrize("switch", [{"cancellation": False}, {"continuous": False, "batch": 5}])
 def test_pipeinfer_ablations_equal_single_process_greedy(models, tmp_path, switch) -> None:
     """Figure 8's engine switches, through the launcher the pipeline rule uses."""
     options = {"cutoff": 0.0, "recovery": 0.0, **switch}
-    run = PipelineRun(models["target"], "pipeinfer", 3, PROMPT, NEW, draft=models["draft"],
+    run = PipelineRun(models["target"], "pipeinfer", 3, [PROMPT], NEW, draft=models["draft"],
                       dtype="float64", pipeinfer=options)  # fmt: skip
-    result = _launch(tmp_path, run)
+    result = _launch(tmp_path, run)["results"][0]
     assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
     if "cancellation" in switch:  # invalid runs travel the whole pipeline, none cancelled
         assert result["cancelled"] == 0
@@ -59,7 +64,7 @@ def test_pipeinfer_ablations_equal_single_process_greedy(models, tmp_path, switc
 
 @pytest.mark.parametrize("strategy", ["iterative", "pipeinfer"])
 def test_a_killed_rank_fails_the_run_naming_it(models, tmp_path, strategy) -> None:
-    run = PipelineRun(models["target"], strategy, 3, PROMPT, NEW, dtype="float64",
+    run = PipelineRun(models["target"], strategy, 3, [PROMPT], NEW, dtype="float64",
                       timeout_s=60, kill=(2, 4), draft=models["draft"])  # fmt: skip
     out = tmp_path / "out.json"
     with pytest.raises(RuntimeError, match="pipeline run failed") as err:
@@ -75,7 +80,7 @@ def test_a_run_killed_by_a_signal_is_started_again_once(models, tmp_path, monkey
     from kvspec.pipeline import stages
 
     settings = {"launcher": "torchrun", "srun_args": []}
-    run = PipelineRun(models["target"], "iterative", 2, PROMPT, NEW, dtype="float64",
+    run = PipelineRun(models["target"], "iterative", 2, [PROMPT], NEW, dtype="float64",
                       timeout_s=60, kill=(1, 3))  # fmt: skip
     with pytest.raises(RankSignalled):  # killed at the same step both times
         stages._launch(run, tmp_path, settings)
@@ -88,10 +93,10 @@ def test_a_run_killed_by_a_signal_is_started_again_once(models, tmp_path, monkey
         launch_local(spec, spec_path, out, log)
 
     monkeypatch.setattr(stages, "launch_local", flaky)
-    fine = PipelineRun(models["target"], "iterative", 2, PROMPT, NEW, dtype="float64")
+    fine = PipelineRun(models["target"], "iterative", 2, [PROMPT], NEW, dtype="float64")
     result = stages._launch(fine, tmp_path, settings)
     assert result["attempts"] == 2 and len(calls) == 2
-    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
+    assert result["results"][0]["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
 
     def broken(spec, spec_path, out, log) -> None:
         calls.append(spec)
@@ -105,13 +110,14 @@ def test_a_run_killed_by_a_signal_is_started_again_once(models, tmp_path, monkey
 
 def test_bad_runs_are_refused(models) -> None:
     with pytest.raises(ValueError, match="strategy must be one of"):
-        PipelineRun(models["target"], "telepathy", 2, PROMPT, NEW)
+        PipelineRun(models["target"], "telepathy", 2, [PROMPT], NEW)
     with pytest.raises(ValueError, match="needs a draft model"):
-        PipelineRun(models["target"], "speculative", 2, PROMPT, NEW)
+        PipelineRun(models["target"], "speculative", 2, [PROMPT], NEW)
     with pytest.raises(ValueError, match="the pipeinfer strategy needs a draft model"):
-        PipelineRun(models["target"], "pipeinfer", 2, PROMPT, NEW)
+        PipelineRun(models["target"], "pipeinfer", 2, [PROMPT], NEW)
     with pytest.raises(TypeError, match="confidence"):
-        PipelineRun(models["target"], "pipeinfer", 2, PROMPT, NEW, draft=models["draft"],
+        PipelineRun(models["target"], "pipeinfer", 2, [PROMPT], NEW, draft=models["draft"],
                     pipeinfer={"confidence": 0.5})  # fmt: skip
-    with pytest.raises(ValueError, match="at least one token"):
-        PipelineRun(models["target"], "iterative", 2, [], NEW)
+    for prompts in ([], [[]], [PROMPT, []]):
+        with pytest.raises(ValueError, match="at least one token"):
+            PipelineRun(models["target"], "iterative", 2, prompts, NEW)

@@ -31,17 +31,17 @@ def cluster(tmp_path_factory):
 
 @pytest.mark.parametrize(("strategy", "n_stages"), [("iterative", 2), ("pipeinfer", 2)])
 def test_srun_tasks_equal_single_process_greedy(cluster, models, tmp_path, strategy, n_stages):
-    run = PipelineRun(models["target"], strategy, n_stages, PROMPT, NEW, draft=models["draft"],
+    run = PipelineRun(models["target"], strategy, n_stages, [PROMPT], NEW, draft=models["draft"],
                       dtype="float64", timeout_s=120, pipeinfer={"cutoff": 0.0})  # fmt: skip
     out = tmp_path / "out.json"
     launch_srun(run, tmp_path / "spec.json", out, tmp_path / "run.log", SRUN)
     result = json.loads(out.read_text())
-    assert result["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
+    assert result["results"][0]["tokens"] == greedy_generate(tiny_llama(0, 5), PROMPT, NEW)
     assert len(result["peak_rss_mb"]) == run.world_size
 
 
 def test_a_killed_task_is_named(cluster, models, tmp_path) -> None:
-    run = PipelineRun(models["target"], "iterative", 3, PROMPT, NEW, dtype="float64",
+    run = PipelineRun(models["target"], "iterative", 3, [PROMPT], NEW, dtype="float64",
                       timeout_s=60, kill=(2, 4))  # fmt: skip
     out = tmp_path / "out.json"
     with pytest.raises(RuntimeError, match="pipeline run failed") as err:

@@ -1,5 +1,6 @@
 # Stage convert (CARE, thesis 3.3.3-3.3.5): full-rank factors and spectra per method, rank plans
-# (uniform / water-filling, and the Figure 3.1 sensitivity plans), MLA model directories.
+# (uniform / water-filling, and the Figure 3.1 sensitivity plans), MLA model directories (only
+# for the jobs that read a saved one: healing and decode speed; evaluate_lmeval converts itself).
 # {fact} is svd, asvd or care; {calib} is a calibration tag, or "none" for plain SVD; {plan} a
 # rank plan (kvspec.plan.names).
 

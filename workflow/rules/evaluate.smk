@@ -25,10 +25,13 @@ if PLAN.care:
         script:
             script_path("evaluate_lmeval.py")
 
+    # The MLA model of the rank plan is converted inside the job (what convert_mla saves, in a
+    # scratch directory removed after scoring): one job and no kept copy per evaluated plan.
     rule evaluate_lmeval:
         input:
-            model=P.CONVERTED,
-            base=P.MODEL,  # the converted model reads its unchanged weights here
+            model=P.MODEL,
+            factors=P.FACTORS,
+            plan=P.RANK_PLAN,
             data=PLAN.evaluate.converted_data,
         output:
             P.EVALUATION_CONVERTED,

@@ -9,6 +9,9 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedModel
@@ -172,3 +175,38 @@ def evaluate_stage(
     )
     record = {**meta, **model_summary(model), "metrics": metrics}
     write_json(out, {**record, "provenance": provenance({"tasks": tasks, **settings})})
+
+
+def evaluate_converted_stage(
+    model_dir: str,
+    factors_path: str,
+    plan_path: str,
+    out: str,
+    *,
+    threads: int | None = None,
+    **evaluate: Any,
+) -> None:
+    """`evaluate_stage` of the MLA model of `plan_path`: `convert_stage` saves it into a
+    scratch directory beside `out`, removed once it is scored. The model evaluated is the one
+    a convert_mla job saves, without a job and a kept copy per evaluated rank plan;
+    `evaluate`: evaluate_stage's keyword arguments."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".converted-", dir=Path(out).parent) as scratch:
+        converted = str(Path(scratch) / "model")
+        convert_stage(model_dir, factors_path, plan_path, converted, threads=threads)
+        evaluate_stage(converted, out, threads=threads, **evaluate)
+
+
+def evaluate_job(
+    inputs: Mapping[str, str], out: str, job: Mapping[str, Any], model: str, threads: int | None
+) -> None:
+    """One evaluate rule's job (`job`: its params): the saved model `inputs["model"]`, or, when
+    the inputs name its `factors` and rank `plan`, the MLA model converted from it."""
+    meta = {"model": model, "variant": job["variant"]}
+    evaluate = {"tasks": job["tasks"], "task_dir": job["task_dir"], "settings": job["settings"],
+                "meta": meta, "threads": threads}  # fmt: skip
+    if "factors" in inputs:
+        evaluate_converted_stage(inputs["model"], inputs["factors"], inputs["plan"], out,
+                                 **evaluate)  # fmt: skip
+    else:
+        evaluate_stage(inputs["model"], out, **evaluate)

@@ -2,8 +2,10 @@
 
 `python -m kvspec.pipeline.launch SPEC.json OUT.json` is what every rank runs (started by
 `torchrun` locally, or by `srun` under Slurm: torch.distributed's env:// rendezvous either
-way); rank 0 writes OUT.json (tokens, TTFT, ITL, speed, per-rank peak memory), atomically, only
-when every rank finished. `launch_local` starts the ranks with torchrun on this machine,
+way). A run generates for each of its prompts in turn, every rank's caches emptied between
+them, so that the ranks start and load their weights once for all of them; rank 0 writes
+OUT.json (per prompt: tokens, TTFT, ITL, speed; per-rank peak memory), atomically, only when
+every rank finished every prompt. `launch_local` starts the ranks with torchrun on this machine,
 `launch_srun` as the tasks of a Slurm step.
 """
 
@@ -44,12 +46,13 @@ from kvspec.pipeline.strategies import (
 
 @dataclass
 class PipelineRun:
-    """One generation: the target split over `n_stages` ranks (+ one speculative rank)."""
+    """One generation per prompt: the target split over `n_stages` ranks (+ one speculative
+    rank), the prompts in turn."""
 
     target: str  # save_pretrained directory
     strategy: str
     n_stages: int
-    prompt: list[int]
+    prompts: list[list[int]]
     max_new_tokens: int
     stops: list[int] = field(default_factory=list)
     draft: str | None = None  # speculative model directory (speculative, pipeinfer)
@@ -59,7 +62,7 @@ class PipelineRun:
     draft_linear: str | None = None  # the draft's (resources.draft_linear; None: linear)
     threads: int = 1
     timeout_s: float = 120.0  # a rank waiting longer than this for a peer fails
-    kill: tuple[int, int] | None = None  # fault tests: (rank, after n pipeline runs) SIGKILLs
+    kill: tuple[int, int] | None = None  # fault tests: (rank, after n runs of a prompt) SIGKILLs
     pipeinfer: dict[str, Any] = field(default_factory=dict)  # PipeInferOptions fields
 
     def __post_init__(self) -> None:
@@ -67,8 +70,8 @@ class PipelineRun:
             raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
         if self.speculative and not self.draft:
             raise ValueError(f"the {self.strategy} strategy needs a draft model directory")
-        if not self.prompt:
-            raise ValueError("the prompt must contain at least one token")
+        if not self.prompts or not all(self.prompts):
+            raise ValueError("a run needs prompts, each of at least one token")
         PipeInferOptions(**self.pipeinfer)  # unknown or out-of-range options fail here
 
     @property
@@ -87,7 +90,7 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
 
     torch.set_num_threads(run.threads)
     dtype = getattr(torch, run.dtype)
-    trace, link = None, None
+    traces, link = [], None
     if rank < run.n_stages:
         model = load_weights(run.target, dtype=run.dtype)
         layers = split_layers(model.config.num_hidden_layers, run.n_stages)[rank]
@@ -95,39 +98,43 @@ def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
         del model  # keep only this stage's weights
         if rank < 2 and run.n_stages > 1:  # the loopback link, for the simulator
             link = comm.measure_link(rank, stage.layers[0].self_attn.o_proj.out_features, dtype)
-        if rank == 0:
-            trace = _head(run, stage)
-        else:
-            die = run.kill[1] if run.kill and run.kill[0] == rank else None
-            worker = pipeinfer_worker if run.strategy == "pipeinfer" else stage_worker
-            worker(stage, rank, run.n_stages, die)
+        die = run.kill[1] if run.kill and run.kill[0] == rank else None
+        worker = pipeinfer_worker if run.strategy == "pipeinfer" else stage_worker
+        for prompt in run.prompts:  # every strategy ends a prompt with STOP down the pipeline
+            stage.reset()
+            if rank == 0:
+                traces.append(_head(run, stage, prompt))
+            else:
+                worker(stage, rank, run.n_stages, die)
     else:
         from kvspec.decoding.draft_model import DraftModelDrafter
 
         engine = run.draft_linear or run.linear
         draft = load_weights(run.draft, dtype=run.dtype, linear=engine)  # readout rebuilt
-        spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
+        for _ in run.prompts:  # a new drafter, and so an empty draft cache, per prompt
+            spec_worker(DraftModelDrafter(draft, report_confidence=run.strategy == "pipeinfer"))
     peaks: list[Any] = [None] * run.world_size
     dist.all_gather_object(peaks, _peak_rss_mb())
-    if trace is None:
+    if rank != 0:
         return None
-    return {"tokens": trace.tokens, **trace.metrics(), "peak_rss_mb": peaks, "link": link}
+    results = [{"tokens": trace.tokens, **trace.metrics()} for trace in traces]
+    return {"results": results, "peak_rss_mb": peaks, "link": link}
 
 
-def _head(run: PipelineRun, stage: Stage) -> Trace:
+def _head(run: PipelineRun, stage: Stage, prompt: list[int]) -> Trace:
     if run.strategy == "pipeinfer":
         spec_rank = run.n_stages
         options = PipeInferOptions(**run.pipeinfer)
         scheduler = Scheduler(HeadPipeline(stage, run.n_stages),
-                              lambda seq, k: ask_drafts(seq, k, spec_rank), run.prompt,
+                              lambda seq, k: ask_drafts(seq, k, spec_rank), prompt,
                               run.max_new_tokens, run.stops, options)  # fmt: skip
         trace = scheduler.generate()
         comm.send(comm.Message(comm.STOP), spec_rank, tag=comm.TAG_TOKENS)
         return trace
     head = Head(stage, run.n_stages)
     if run.strategy == "iterative":
-        return iterative(head, run.prompt, run.max_new_tokens, run.stops)
-    return speculative(head, run.prompt, run.max_new_tokens, run.stops, run.k, run.n_stages)
+        return iterative(head, prompt, run.max_new_tokens, run.stops)
+    return speculative(head, prompt, run.max_new_tokens, run.stops, run.k, run.n_stages)
 
 
 def _peak_rss_mb() -> float:

@@ -33,13 +33,14 @@ def runs_stage(
     checkpoint: str | None = None,
     draft_linear: str | None = None,
 ) -> None:
-    """Per prompt: the single-process greedy reference (transformers' own forward), then, in
-    turn, the one-process pipeline engine (`threads` threads; the speed baseline) and each
-    strategy at each stage count (`threads_per_rank` each). Every run's tokens are compared
-    with the reference. First, the simulator's costs are measured with a rank's threads. The
-    draft decodes in `draft_linear`'s engine (None: `linear`).
-    Each finished run is journalled in `checkpoint`: a killed job keeps them (with the timings
-    measured before the kill) and runs only the rest."""
+    """The single-process greedy reference of every prompt (transformers' own forward), then,
+    in turn, the one-process pipeline engine (`threads` threads; the speed baseline) and each
+    strategy at each stage count (`threads_per_rank` each), each launched once for all the
+    prompts it has not run yet (the ranks start and load their weights once). Every run's
+    tokens are compared with the reference. First, the simulator's costs are measured with a
+    rank's threads. The draft decodes in `draft_linear`'s engine (None: `linear`).
+    Each finished launch is journalled in `checkpoint`: a killed job keeps its runs (with the
+    timings measured before the kill) and runs only the rest."""
     from kvspec.data.records import read_jsonl
     from kvspec.decoding.generate import stop_ids
     from kvspec.decoding.loop import greedy_generate
@@ -58,17 +59,16 @@ def runs_stage(
     use_threads(threads)
     journal = Journal(checkpoint, key="run_key")
     done, rows = journal.done(), []
+    references = [greedy_generate(target, ids, settings["max_new_tokens"], stops)
+                  for *_, ids in tqdm(prompts, desc="references", mininterval=5)]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="kvspec-pipeline-") as tmp:
-        for name, pid, ids in tqdm(prompts, desc="prompts", mininterval=5):
-            reference = greedy_generate(target, ids, settings["max_new_tokens"], stops)
-            for run, strategy, n, variant in _schedule(settings):
-                key = (name, pid, run, strategy, n, variant)
-                if key in done:
-                    rows.append(done[key])
-                    continue
+        for run, strategy, n, variant in tqdm(_schedule(settings), desc="launches", mininterval=5):
+            keys = [(name, pid, run, strategy, n, variant) for name, pid, _ in prompts]
+            todo = [i for i, key in enumerate(keys) if key not in done]
+            if todo:
                 spec = _run_spec(
                     inputs,
-                    ids,
+                    [prompts[i][2] for i in todo],
                     stops,
                     strategy,
                     n,
@@ -78,13 +78,16 @@ def runs_stage(
                     threads if n == 1 and strategy == "iterative" else None,
                     variant,
                 )
-                result = _launch(spec, Path(tmp), settings)
-                rows.append({**_row(name, pid, len(ids), run, spec, result, reference),
-                             "variant": variant, "run_key": list(key)})  # fmt: skip
-                journal.append(rows[-1:])
-                log.info("%s %s run %d: %s%s n=%d %.2f tok/s, exact %s", name, pid, run,
-                         strategy, f" ({variant})" if variant else "", n,
-                         result["tokens_per_s"] or 0.0, rows[-1]["exact"])  # fmt: skip
+                launched = _launch(spec, Path(tmp), settings)
+                new = [_row(prompts[i], references[i], run, spec, launched, j, keys[i])
+                       for j, i in enumerate(todo)]  # fmt: skip
+                journal.append(new)
+                done |= {keys[i]: row for i, row in zip(todo, new, strict=True)}
+            for key in keys:
+                rows.append(done[key])
+                log.info("%s %s run %d: %s%s n=%d %.2f tok/s, exact %s", *key[:4],
+                         f" ({variant})" if variant else "", n,
+                         done[key]["tokens_per_s"] or 0.0, done[key]["exact"])  # fmt: skip
     write_json(out, {"runs": rows, "settings": dict(settings), "sets": dict(sets),
                      "calibration": vars(cal), "calibration_raw": raw,
                      "provenance": provenance(dict(settings), dtype=dtype)})  # fmt: skip
@@ -148,13 +151,15 @@ def _schedule(settings: Mapping[str, Any]) -> list[tuple[int, str, int, str]]:
     return [(r, *c) for r in range(settings["runs"]) for c in dict.fromkeys(combos)]
 
 
-def _run_spec(inputs: Mapping[str, str], prompt: list[int], stops: list[int], strategy: str,
-              n: int, settings: Mapping[str, Any], dtype: str, engines: tuple[str, str],
-              threads: int | None, variant: str = "") -> PipelineRun:  # fmt: skip
+def _run_spec(inputs: Mapping[str, str], prompts: list[list[int]], stops: list[int],
+              strategy: str, n: int, settings: Mapping[str, Any], dtype: str,
+              engines: tuple[str, str], threads: int | None,
+              variant: str = "") -> PipelineRun:  # fmt: skip
     from kvspec.pipeline.scaling import ABLATIONS
 
     return PipelineRun(
-        inputs["target"], strategy, n, list(prompt), settings["max_new_tokens"], list(stops),
+        inputs["target"], strategy, n, [list(p) for p in prompts], settings["max_new_tokens"],
+        list(stops),
         draft=inputs["draft"], k=settings["k"], dtype=dtype, linear=engines[0],
         draft_linear=engines[1],
         threads=threads or settings["threads_per_rank"], timeout_s=settings["timeout_s"],
@@ -185,10 +190,15 @@ def _launch_once(spec: PipelineRun, tmp: Path, settings: Mapping[str, Any]) -> d
     return read_json(out)
 
 
-def _row(name: str, pid: str, prompt_len: int, run: int, spec: PipelineRun,
-         result: Mapping[str, Any], reference: list[int]) -> dict[str, Any]:  # fmt: skip
-    return {"set": name, "prompt": pid, "prompt_tokens": prompt_len, "run": run,
+def _row(prompt: tuple[str, str, list[int]], reference: list[int], run: int, spec: PipelineRun,
+         launched: Mapping[str, Any], index: int, key: tuple) -> dict[str, Any]:  # fmt: skip
+    """The row of the launch's `index`-th prompt (the launch's peak memory, link and attempts
+    are every one of its prompts')."""
+    name, pid, ids = prompt
+    result = {**launched, **launched["results"][index]}
+    return {"set": name, "prompt": pid, "prompt_tokens": len(ids), "run": run,
             "strategy": spec.strategy, "n_stages": spec.n_stages, "ranks": spec.world_size,
             "threads_per_rank": spec.threads, **{m: result.get(m) for m in METRICS},
             "link": result.get("link"), "attempts": result.get("attempts", 1),
-            "exact": result["tokens"] == reference}  # fmt: skip
+            "exact": result["tokens"] == reference, "variant": key[5],
+            "run_key": list(key)}  # fmt: skip

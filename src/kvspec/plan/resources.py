@@ -49,6 +49,7 @@ class Rates:
     decode: float = 0.6  # share of memory bandwidth in batched or batch-1 decoding
     usable_gpu: float = 0.9  # of a GPU's memory (the rest: CUDA context, fragmentation)
     download_gb_s: float = 0.2  # hub downloads
+    disk_gb_s: float = 0.5  # reading and writing model files on a cluster's shared file system
     scaling: float = 0.9  # data-parallel efficiency over one node's GPUs
 
 
@@ -212,6 +213,15 @@ def _evaluate(config: Mapping[str, Any], wildcards: Any) -> Need:
     batch, context = config["eval"]["batch_size"], config["eval"]["max_length"] or 4096
     return inference(card, eval_dtype(config), batch=batch, context=context, decode_steps=0,
                      score_tokens=tokens)  # fmt: skip
+
+
+def _evaluate_converted(config: Mapping[str, Any], wildcards: Any) -> Need:
+    """evaluate_lmeval: the conversion on the host (convert_mla's memory; no factorization:
+    the float32 weights read, copied and written once each), then the evaluation."""
+    convert, evaluate = _cpu_linear_algebra(config, wildcards), _evaluate(config, wildcards)
+    io_hours = 3 * weights_gb(_model(config, wildcards), "float32") / RATES.disk_gb_s / 3600
+    return dataclasses.replace(evaluate, host_gb=max(evaluate.host_gb, convert.host_gb),
+                               hours=evaluate.hours + io_hours)  # fmt: skip
 
 
 # scored tokens of lm-eval's full test sets (documents x choices x tokens; estimates)
@@ -460,7 +470,7 @@ ESTIMATES: dict[str, Estimate] = {
     "convert_decode_speed": _decode_speed,
     "specdecode_mla": _specdecode_mla,
     "evaluate_original": _evaluate,
-    "evaluate_lmeval": _evaluate,
+    "evaluate_lmeval": _evaluate_converted,
     "evaluate_healed": _evaluate,
     "heal_train": _heal_train,
     "heal_ablation": _heal_ablation,
