@@ -8,7 +8,7 @@ with log_to(snakemake.log[0]):
     evaluate_job(
         dict(snakemake.input.items()),
         snakemake.output[0],
-        snakemake.params.job,
         snakemake.wildcards.model,
         snakemake.threads,
+        **snakemake.params.job,
     )

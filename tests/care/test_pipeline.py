@@ -253,15 +253,15 @@ def test_evaluate_job_scores_what_convert_mla_saves(tmp_path, saved, dtype) -> N
     job = {"tasks": tasks, "task_dir": str(Path(__file__).parents[2] / "config" / "lm_eval_tasks"),
            "settings": settings, "variant": "svd-none/uniform-r2"}  # fmt: skip
     convert_stage(str(saved), factors, plan, str(tmp_path / "saved-r2"))
-    evaluate_job({"model": str(tmp_path / "saved-r2")}, str(tmp_path / "saved.json"), job,
-                 "target", 1)  # fmt: skip
+    evaluate_job({"model": str(tmp_path / "saved-r2")}, str(tmp_path / "saved.json"), "target",
+                 1, **job)  # fmt: skip
     out = tmp_path / "evaluate" / "r2.json"  # its directory does not exist yet
-    evaluate_job({"model": str(saved), "factors": factors, "plan": plan}, str(out), job,
-                 "target", 1)  # fmt: skip
+    evaluate_job({"model": str(saved), "factors": factors, "plan": plan}, str(out), "target", 1,
+                 **job)  # fmt: skip
     fused, separate = json.loads(out.read_text()), json.loads((tmp_path / "saved.json").read_text())
     assert fused == separate and fused["kv_cached_per_token"] == 2 * 2 * 2
     assert fused["variant"] == "svd-none/uniform-r2" and fused["dtype"] == dtype
-    evaluate_job({"model": str(saved)}, str(tmp_path / "original.json"), job, "target", 1)
+    evaluate_job({"model": str(saved)}, str(tmp_path / "original.json"), "target", 1, **job)
     original = json.loads((tmp_path / "original.json").read_text())["metrics"]["wiki"]["value"]
     assert fused["metrics"]["wiki"]["value"] != pytest.approx(original, rel=1e-4)
     assert [p.name for p in out.parent.iterdir()] == ["r2.json"]

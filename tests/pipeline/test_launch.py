@@ -121,3 +121,20 @@ def test_bad_runs_are_refused(models) -> None:
     for prompts in ([], [[]], [PROMPT, []]):
         with pytest.raises(ValueError, match="at least one token"):
             PipelineRun(models["target"], "iterative", 2, prompts, NEW)
+
+
+def test_the_launcher_limit_grows_with_the_prompts(models, tmp_path) -> None:
+    """The whole run may take `timeout_s` per prompt beyond the first `timeout_s`; a run past
+    that limit is killed with every process it started."""
+    import time
+
+    from kvspec.pipeline.launch import _launch as launch_cmd
+
+    one = PipelineRun(models["target"], "iterative", 2, [PROMPT], NEW, timeout_s=0.5)
+    three = PipelineRun(models["target"], "iterative", 2, [PROMPT] * 3, NEW, timeout_s=0.5)
+    assert (one.launch_timeout_s, three.launch_timeout_s) == (1.0, 2.0)
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="timed out after 2 s"):
+        launch_cmd(["sleep", "30"], three, tmp_path / "spec.json", tmp_path / "run.log", {},
+                   lambda text: "")  # fmt: skip
+    assert 2.0 <= time.perf_counter() - start < 10

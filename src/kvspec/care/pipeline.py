@@ -198,13 +198,20 @@ def evaluate_converted_stage(
 
 
 def evaluate_job(
-    inputs: Mapping[str, str], out: str, job: Mapping[str, Any], model: str, threads: int | None
+    inputs: Mapping[str, str],
+    out: str,
+    model: str,
+    threads: int | None,
+    *,
+    tasks: dict[str, dict[str, Any]],
+    task_dir: str,
+    settings: dict[str, Any],
+    variant: str,
 ) -> None:
-    """One evaluate rule's job (`job`: its params): the saved model `inputs["model"]`, or, when
-    the inputs name its `factors` and rank `plan`, the MLA model converted from it."""
-    meta = {"model": model, "variant": job["variant"]}
-    evaluate = {"tasks": job["tasks"], "task_dir": job["task_dir"], "settings": job["settings"],
-                "meta": meta, "threads": threads}  # fmt: skip
+    """One evaluate rule's job (the keywords: its params): the saved model `inputs["model"]`,
+    or, when the inputs name its `factors` and rank `plan`, the MLA model converted from it."""
+    evaluate = {"tasks": tasks, "task_dir": task_dir, "settings": settings,
+                "meta": {"model": model, "variant": variant}, "threads": threads}  # fmt: skip
     if "factors" in inputs:
         evaluate_converted_stage(inputs["model"], inputs["factors"], inputs["plan"], out,
                                  **evaluate)  # fmt: skip

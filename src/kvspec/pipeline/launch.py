@@ -83,6 +83,12 @@ class PipelineRun:
     def world_size(self) -> int:
         return self.n_stages + self.speculative
 
+    @property
+    def launch_timeout_s(self) -> float:
+        """The launcher's limit for the whole run: `timeout_s` for starting and loading, and
+        `timeout_s` more per prompt."""
+        return self.timeout_s * (1 + len(self.prompts))
+
 
 def run_rank(run: PipelineRun, rank: int) -> dict[str, Any] | None:
     """This rank's part of `run` in an initialised process group; rank 0 returns the result."""
@@ -205,11 +211,11 @@ def _launch(cmd: list[str], run: PipelineRun, spec_path: Path, log: Path, env: d
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)  # fmt: skip
         try:
-            code = proc.wait(timeout=run.timeout_s * 2)
+            code = proc.wait(timeout=run.launch_timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the launcher and every rank it started
             proc.wait()
-            raise RuntimeError(f"pipeline run timed out after {run.timeout_s * 2:.0f} s; "
+            raise RuntimeError(f"pipeline run timed out after {run.launch_timeout_s:.0f} s; "
                                f"log {log}") from None  # fmt: skip
     if code != 0:
         text = log.read_text()
