@@ -9,9 +9,11 @@ here its rule names and placeholders are checked.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib.metadata
 import re
+import subprocess
 import sys
 import tomllib
 from functools import cache
@@ -203,3 +205,33 @@ def test_slurm_profile_names_real_rules_and_marks_site_values() -> None:
             assert "SITE" in line, f"placeholder without a SITE comment: {line}"
         elif line.strip() and not line.lstrip().startswith("#"):
             assert "#" in line or line.rstrip().endswith(":"), f"uncommented entry: {line}"
+
+
+def merged_profile_args(*names: str) -> argparse.Namespace:
+    """Snakemake's parsed arguments from the named profiles, later ones winning per key."""
+    from snakemake.cli import get_argument_parser
+
+    return get_argument_parser(profiles=[str(REPO / "profiles" / n) for n in names]).parse_args([])
+
+
+@pytest.mark.parametrize("name", ["slurm", "slurm-cpu"])
+def test_workflow_profile_keeps_every_slurm_profile_setting(name: str) -> None:
+    """`snakemake --profile profiles/<name>` also reads profiles/default, whose keys win per key."""
+    slurm, default = (
+        yaml.safe_load((REPO / "profiles" / n / "config.yaml").read_text())
+        for n in (name, "default")
+    )
+    changed = [key for key in slurm if key in default and default[key] != slurm[key]]
+    assert not changed, f"profiles/default overrides {name}'s {changed}"
+    assert merged_profile_args(name, "default").latency_wait == slurm["latency-wait"]
+
+
+def test_make_reproduce_reevaluates_the_schedule_rarely() -> None:
+    """Every finished job adds a timer chain firing once per timespan (see the Makefile)."""
+    from snakemake.settings.types import MaxJobsPerTimespan
+
+    run = subprocess.run(["make", "-n", "reproduce"], cwd=REPO, capture_output=True, text=True)
+    command = next(line for line in run.stdout.splitlines() if "snakemake" in line)
+    limit = re.search(r"--max-jobs-per-timespan (\S+)", command)
+    assert limit, command
+    assert MaxJobsPerTimespan.parse_choice(limit.group(1)).timespan >= 10
