@@ -119,3 +119,19 @@ def test_decode_speed_holds_every_timed_model_at_once(configs, plans) -> None:
     assert need(fewer, "convert_decode_speed", wc).host_gb < mini.host_gb
     paper = need(configs["paper"], "convert_decode_speed", wc)  # 3 Llama-3.1-8B models in bf16
     assert paper.gpus * paper.gpu_gb > 3 * 8.03e9 * 2 / 1024**3
+
+
+def test_classical_humaneval_job_holds_a_batch_of_its_completions(configs) -> None:
+    """The classical HumanEval job samples a problem's completions as one batch, so its
+    memory counts that many caches; the speculative methods decode one sequence."""
+    for name in ("config", "paper"):
+        s = configs[name]["sampling"]
+
+        def host(method: str, cfg=configs[name]) -> float:
+            got = need(cfg, "sampling_humaneval", SimpleNamespace(method=method))
+            return got.gpus * got.gpu_gb + (0 if got.gpus else got.host_gb)
+
+        assert s["humaneval"]["completions"] > 1
+        assert s["methods"]["classical"]["kind"] == "classical"
+        speculative = next(m for m in s["humaneval"]["methods"] if s["methods"][m]["kind"] == "sd")
+        assert host("classical") > host(speculative), name

@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from kvspec.config import ConfigError, validate
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.warp import warp
-from kvspec.sampling.methods import Settings, make_sampler
+from kvspec.sampling.methods import Settings, make_batch_sampler, make_sampler
 from kvspec.seeds import derive
 from tests.tiny import tiny_llama
 
@@ -52,6 +52,29 @@ def test_models_on_a_second_device_draw_the_cpu_s_samples(kind: str, second_devi
     s = Settings(10, temperature=0.9, top_p=0.9, k=2)
     on_cpu = make_sampler(kind, models("cpu"), s)([4, 5], 3)
     assert make_sampler(kind, models(second_device), s)([4, 5], 3).tokens == on_cpu.tokens
+
+
+@pytest.mark.parametrize("engine", [None, "packed"])
+def test_batched_classical_samples_are_the_single_samples_of_their_seeds(engine) -> None:
+    """humaneval_stage decodes a problem's classical samples as one batch: each row is the
+    sample `make_sampler` draws for its seed, token for token, a stop ending its own row only
+    (PyTorch's linear layers; the packed engine of the mini scale)."""
+    from kvspec.decoding.packed import pack_linears
+
+    target = tiny_llama(0, vocab=32)
+    models = {"target": pack_linears(target.float(), engine) if engine else target}
+    seeds = [derive(3, "humaneval", 0, c) for c in range(6)]
+    free = Settings(12, temperature=1.2, top_p=0.9)
+    alone = [make_sampler("classical", models, free)([4, 5], x).tokens for x in seeds]
+    assert len({tuple(t) for t in alone}) > 1
+    s = Settings(12, temperature=1.2, top_p=0.9, stops=(alone[1][4],))
+    single = [make_sampler("classical", models, s)([4, 5], x) for x in seeds]
+    rows = make_batch_sampler("classical", models, s)([4, 5], seeds)
+    assert [r.tokens for r in rows] == [x.tokens for x in single]
+    assert len(rows[1].tokens) <= 5 and any(len(r.tokens) == 12 for r in rows)
+    assert {r.batch for r in rows} == {6} and all(r.steps == len(r.tokens) for r in rows)
+    for kind, settings in (("sd", s), ("three_model", s), ("classical", Settings(12, greedy=True))):
+        assert make_batch_sampler(kind, models, settings) is None
 
 
 def test_speculative_counts(models) -> None:

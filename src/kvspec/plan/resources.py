@@ -327,9 +327,20 @@ def _sampling(kind: str) -> Estimate:
                 "timing": lambda: len(block["methods"]) * block["runs"] * block["problems"],
                 "math500": lambda: 2 * block["problems"]}[kind]()  # fmt: skip
         steps = runs * block["max_new_tokens"] * 3  # target + draft(s) per token
-        return inference(card, _dtype(config), batch=1, context=2048, decode_steps=steps)
+        return inference(card, _dtype(config), batch=_sample_rows(s, kind, wildcards),
+                         context=2048, decode_steps=steps)  # fmt: skip
 
     return estimate
+
+
+def _sample_rows(s: Mapping[str, Any], kind: str, wildcards: Any) -> int:
+    """Sequences a sampling job decodes at once: HumanEval's classical job samples each
+    problem's completions as one batch (`kvspec.sampling.methods.make_batch_sampler`); every
+    other job one sequence."""
+    method = getattr(wildcards, "method", None)
+    if kind == "humaneval" and s["methods"].get(method, {}).get("kind") == "classical":
+        return int(s["humaneval"]["completions"])
+    return 1
 
 
 def _sampling_pilot(config: Mapping[str, Any], wildcards: Any) -> Need:

@@ -18,7 +18,7 @@ import torch
 from kvspec.decoding.draft_model import DraftModelDrafter
 from kvspec.decoding.loop import greedy_generate, speculative_generate
 from kvspec.decoding.verify import verify_resample_model
-from kvspec.decoding.warp import sample_generate
+from kvspec.decoding.warp import sample_generate, sample_rows
 from kvspec.sampling.three_model import SpeculativeDrafter
 from kvspec.seeds import derive
 
@@ -33,9 +33,11 @@ class Sample:
     drafted: int = 0
     accepted: int = 0  # drafts kept (prefix-accepted)
     passing: float = 0.0  # drafts that pass the test on their own (document 004's count)
+    batch: int = 1  # samples decoded together; `seconds` is their wall time shared out evenly
 
 
 Sampler = Callable[[Sequence[int], int], Sample]
+BatchSampler = Callable[[Sequence[int], Sequence[int]], list[Sample]]
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,27 @@ def make_sampler(kind: str, models: Mapping[str, torch.nn.Module], s: Settings) 
 
         return run
     raise ValueError(f"unknown decoding method {kind!r}; known: {KINDS}")
+
+
+def make_batch_sampler(kind: str, models: Mapping[str, torch.nn.Module],
+                       s: Settings) -> BatchSampler | None:  # fmt: skip
+    """Samples of one prompt for several sample seeds at once, or None for a method that
+    decodes one sample at a time (speculative sampling and greedy runs). Classical sampling
+    decodes them as one batch (`sample_rows`): each row draws from the stream `make_sampler`'s
+    sample of its seed draws from, so on a batch-invariant engine (`resources.linear:
+    packed`) every row is that sample token for token, in a fraction of the time."""
+    if kind != "classical" or s.greedy:
+        return None
+
+    def run(prompt: Sequence[int], seeds: Sequence[int]) -> list[Sample]:
+        start = time.perf_counter()
+        rows = sample_rows(models["target"], prompt, [derive(x, "sample") for x in seeds],
+                           s.max_new_tokens, temperature=s.temperature, top_p=s.top_p,
+                           eos_token_id=s.stops)  # fmt: skip
+        share = (time.perf_counter() - start) / max(len(rows), 1)
+        return [Sample(r, share, len(r), batch=len(rows)) for r in rows]
+
+    return run
 
 
 def _classical(model: torch.nn.Module, prompt: Sequence[int], seed: int, s: Settings) -> Sample:

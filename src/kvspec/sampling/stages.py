@@ -17,7 +17,7 @@ from kvspec.decoding.generate import stop_ids
 from kvspec.io import Journal, read_json, write_json
 from kvspec.models.load import load_model, use_threads
 from kvspec.provenance import provenance
-from kvspec.sampling.methods import Sample, Settings, make_sampler
+from kvspec.sampling.methods import Sample, Settings, make_batch_sampler, make_sampler
 from kvspec.seeds import derive
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,8 @@ def _roles(method: Mapping[str, Any], target: str,
 
 def _row(s: Sample) -> dict[str, Any]:
     return {"tokens": len(s.tokens), "seconds": s.seconds, "steps": s.steps,
-            "drafted": s.drafted, "accepted": s.accepted, "passing": s.passing}  # fmt: skip
+            "drafted": s.drafted, "accepted": s.accepted, "passing": s.passing,
+            "batch": s.batch}  # fmt: skip
 
 
 # ---- Figures 1-4: max draft tokens x temperature ------------------------------------------------
@@ -185,7 +186,9 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     or the first ones; the stub continued or answered in a chat turn) with one method, the same
     seeds for every method; verdicts from the sandboxed runner; pass@k per problem. Each sample
     is journalled in `checkpoint` as it finishes, so a killed job resumes with the samples it
-    had (each has its own random stream, so the resumed samples are the uninterrupted run's)."""
+    had (each has its own random stream, so the resumed samples are the uninterrupted run's).
+    Classical sampling decodes a problem's missing samples as one batch
+    (`make_batch_sampler`: the same samples on the packed engine), journalled together."""
     from kvspec.eval.humaneval import score
 
     use_threads(threads)
@@ -195,17 +198,19 @@ def humaneval_stage(models: Mapping[str, str], problems: str, out: str, *, targe
     roles = _roles(method, target, loaded)
     chosen, fmt = chosen_problems(problems, settings, pilot), settings["prompt_format"]
     stops = [*stop_ids(roles["target"], tok), *code_stops(tok, fmt)]
-    sampler = make_sampler(method["kind"], roles, _settings(settings, method, stops))
+    decoding = _settings(settings, method, stops)
+    sampler = make_sampler(method["kind"], roles, decoding)
+    batched = make_batch_sampler(method["kind"], roles, decoding)
     journal = Journal(checkpoint, key="sample")
     done = journal.done()
     bar = tqdm(total=len(chosen) * settings["completions"], initial=len(done), desc=label,
                mininterval=10)  # fmt: skip
     for p, problem in enumerate(chosen):
         prompt = code_prompt(tok, problem, fmt)
-        for c in range(settings["completions"]):
-            if (p, c) in done:
-                continue
-            sample = sampler(prompt, derive(seed, "humaneval", p, c))
+        todo = [c for c in range(settings["completions"]) if (p, c) not in done]
+        seeds = [derive(seed, "humaneval", p, c) for c in todo]
+        made = batched(prompt, seeds) if batched and seeds else (sampler(prompt, x) for x in seeds)
+        for c, sample in zip(todo, made, strict=True):
             done[(p, c)] = {"sample": [p, c], "task_id": problem["task_id"],
                             "completion": completion_text(tok, sample.tokens, fmt),
                             **_row(sample)}  # fmt: skip
