@@ -16,8 +16,9 @@ TARGET ?=
 # Snakemake 9.27's scheduler, while a ready job waits for cores, re-evaluates once per timespan
 # for every job finished so far (each finish starts one more timer chain that never ends): at
 # its default 100/1s the scheduler spun a fifth of a core by the 230th job of the whole study.
-# Every 10 s it is a ninth of that (a toy workflow, side by side); the process may then wait
-# up to 10 s at its end.
+# Every 10 s it is a sixth to an eighth of that (a toy workflow, side by side on a quiet
+# machine: 2.67 against 0.32-0.48 s of scheduler CPU per 10 s); the process may then wait up to
+# 10 s at its end.
 RUN_ARGS := --cores all --max-jobs-per-timespan 1000/10s
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 

@@ -1,6 +1,7 @@
 """Document 004's pilot through its stage entry point: every sample on its own "pilot" stream,
 selection by passes in HumanEval order, a killed run resumed to the uninterrupted one's output,
-and the HumanEval stage's problems read from the selection."""
+and the HumanEval stage's problems read from the selection; its classical job's batches are the
+one-row samples, resumed from a partial journal."""
 
 import json
 
@@ -103,3 +104,54 @@ def test_humaneval_problems_follow_the_pilot(setup) -> None:
         stages.chosen_problems(str(problems), {"problems": "pilot"}, str(pilot))
     with pytest.raises(ValueError, match="need the pilot's result"):
         stages.chosen_problems(str(problems), {"problems": "pilot"})
+
+
+HUMANEVAL = {"problems": 2, "completions": 4, "max_new_tokens": 6, "temperature": 1.0,
+             "top_p": 0.9, "ks": [1], "timeout": 5, "prompt_format": "completion"}  # fmt: skip
+
+
+def _humaneval(problems, out, state, monkeypatch, model):
+    """`humaneval_stage` as the rule calls it, on a tiny model; the verdicts faked."""
+    import kvspec.eval.humaneval as he
+
+    monkeypatch.setattr(stages, "load_model", lambda *a, **k: (model, None))
+    monkeypatch.setattr(stages, "tokenizer_of", lambda _: CharTokenizer())
+    monkeypatch.setattr(stages, "stop_ids", lambda *a: [])
+
+    def verdicts(samples, ks, tasks, **kw):
+        per_task = {t: {"n": len(s), "c": 0, "pass@1": 0.0} for t, s in samples.items()}
+        return {"pass@k": {"pass@1": 0.0}, "isolation": "faked", "per_task": per_task}
+
+    monkeypatch.setattr(he, "score", verdicts)
+    stages.humaneval_stage({"m": "m"}, str(problems), str(out), target="m", label="classical",
+                           method={"kind": "classical"}, settings=HUMANEVAL,
+                           sandbox={"filesystem": "optional"}, seed=11, device="cpu",
+                           dtype="float64", linear="torch", threads=1,
+                           checkpoint=str(state))  # fmt: skip
+    return read_json(out)["runs"]
+
+
+def test_humaneval_classical_batches_are_the_one_row_samples_and_resume(setup, monkeypatch):
+    """The classical job decodes a problem's completions as one batch: each run is the
+    one-row sampler's sample of its own seed, and a journal holding part of a problem's
+    samples is resumed with only the missing ones decoded, to the uninterrupted output."""
+    from kvspec.sampling.methods import Settings, make_sampler
+
+    model, problems, tmp = setup
+    runs = _humaneval(problems, tmp / "a.json", tmp / "a.jsonl", monkeypatch, model)
+    one = make_sampler("classical", {"target": model}, Settings(6, 1.0, 0.9))
+    tok = CharTokenizer()
+    for r in runs:
+        p, c = r["sample"]
+        alone = one(tok.encode(f"def f{p}(x):\n"), derive(11, "humaneval", p, c)).tokens
+        assert r["completion"] == stages.completion_text(tok, alone, "completion")
+        assert r["batch"] == 4 and r["tokens"] == len(alone)
+    assert len({r["completion"] for r in runs}) > 2
+    kept = [dict(r, completion="from the journal") for r in runs[1:3]]
+    (tmp / "b.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    resumed = _humaneval(problems, tmp / "b.json", tmp / "b.jsonl", monkeypatch, model)
+    assert [r["completion"] for r in resumed[1:3]] == ["from the journal"] * 2
+    assert [r["completion"] for r in resumed[:1] + resumed[3:]] == [
+        r["completion"] for r in runs[:1] + runs[3:]
+    ]
+    assert resumed[0]["batch"] == 2 and resumed[4]["batch"] == 4
