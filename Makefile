@@ -3,7 +3,8 @@
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
 #   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
 #                    the slow real-model tests (pytest -n 2 -m "not workflow and not slow")
-#   make times       each document's job time from benchmarks/ (TARGET=<document>: one)
+#   make times       each document's job and machine time from benchmarks/ (TARGET=<document>:
+#                    one; TARGET=all: the whole study, its shared jobs counted once)
 #   make test-all    the whole suite, what CI runs: make test, then the whole DAG at ci scale,
 #                    interrupted runs, Slurm, the packaged real models, vLLM, the llama.cpp build
 PYTHON ?= python3
@@ -39,10 +40,13 @@ $(VENV)/.installed: $(BIN)/activate pyproject.toml
 reproduce: $(VENV)/.installed
 	$(BIN)/snakemake $(TARGET) $(RUN_ARGS) $(MIRROR_ARG)
 
-# Each document's job time from benchmarks/ (kvspec.plan.times): the README's time column
+# Each document's job and machine time from benchmarks/ (kvspec.plan.times), on this
+# machine's cores (CORES=<n>: the cores the study ran on, if another machine's benchmarks)
+CORES ?= $(shell nproc)
 times: $(VENV)/.installed
 	@for d in $(or $(TARGET),$(DOCUMENTS)); do echo "## $$d"; \
-	  $(BIN)/snakemake -n --forceall $$d $(MIRROR_ARG) 2>/dev/null | $(BIN)/python -m kvspec.plan.times; \
+	  $(BIN)/snakemake -n --forceall --cores $(CORES) $$d $(MIRROR_ARG) 2>/dev/null \
+	  | $(BIN)/python -m kvspec.plan.times --cores $(CORES); \
 	done
 
 report: $(VENV)/.installed

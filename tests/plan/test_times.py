@@ -1,5 +1,6 @@
 """A target's time from its jobs' benchmark files: summed per rule, jobs without a benchmark
-directive counted apart, and a timed job that never ran named (the total is then a bound)."""
+directive counted apart, and a timed job that never ran named (the total is then a bound);
+machine time weighs each job by the share of the cores it held."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ rule heal_train:
 rule heal_train:
     output: b
     benchmark: benchmarks/heal/b.tsv
+    threads: 2
 
 rule models_distil:
     output: c
@@ -45,11 +47,29 @@ def test_jobs_summed_per_rule_and_a_missing_one_named(tmp_path) -> None:
     assert heal.missing == ["benchmarks/heal/b.tsv"]
     assert rules["models_distil"].seconds == pytest.approx(120.0)
     text = "\n".join(table(rules, untimed))
-    assert "| **total** | 3 | 2 | **52 min** |" in text
+    assert "| **total** | 3 | 2 | **52 min** | **52 min** |" in text  # cores=1: the same
     assert "INCOMPLETE: 1 timed jobs" in text and "- benchmarks/heal/b.tsv" in text
     _bench(tmp_path, "heal/b.tsv", 600.0)
     text = "\n".join(table(*rule_times(DRY_RUN, tmp_path)))
     assert "**1 h 2 min**" in text and "INCOMPLETE" not in text
+
+
+def test_machine_time_weighs_each_job_by_the_cores_it_held(tmp_path, monkeypatch) -> None:
+    """On 2 cores a one-thread job holds half the machine, a two-thread job all of it; a job
+    asking for more threads than there are cores holds them all, never more."""
+    _bench(tmp_path, "heal/a.tsv", 1200.0)  # no threads printed: 1
+    _bench(tmp_path, "heal/b.tsv", 600.0)  # threads: 2
+    _bench(tmp_path, "models/c.tsv", 360.0)
+    rules, _ = rule_times(DRY_RUN, tmp_path, cores=2)
+    assert rules["heal_train"].seconds == pytest.approx(1800.0)
+    assert rules["heal_train"].machine == pytest.approx(1200.0 / 2 + 600.0)
+    assert rules["models_distil"].machine == pytest.approx(180.0)
+    monkeypatch.chdir(tmp_path)  # main reads benchmarks/ from the working directory
+    text = main(DRY_RUN.replace("threads: 2", "threads: 8"), cores=2)
+    assert "| heal_train | 2 | 2 | 30 min | 20 min |" in text
+    assert "| **total** | 3 | 3 | **36 min** | **23 min** |" in text
+    with pytest.raises(ValueError, match="cores must be >= 1"):
+        rule_times(DRY_RUN, tmp_path, cores=0)
 
 
 def test_time_formats_and_an_empty_benchmark_refused(tmp_path) -> None:
