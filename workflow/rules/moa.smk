@@ -18,7 +18,11 @@ if PLAN.moa:
             P.BENCH["moa_train"]
         conda:
             env_path("evaluation")
-        threads: WORK_THREADS
+        # one thread, so that two heads train side by side: on 2 cores four heads took 358 s
+        # that way against 490 s at two threads one after the other, the same heads up to
+        # float rounding (2026-12-01, docs/results-mini.md). GPU jobs take their cores from
+        # the resource model.
+        threads: 1
         resources:
             **PLAN.resources("moa_train"),
         params:
