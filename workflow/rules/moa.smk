@@ -19,9 +19,9 @@ if PLAN.moa:
         conda:
             env_path("evaluation")
         # one thread, so that two heads train side by side: on 2 cores four heads took 358 s
-        # that way against 490 s at two threads one after the other, the same heads up to
-        # float rounding (2026-12-01, docs/results-mini.md). GPU jobs take their cores from
-        # the resource model.
+        # that way against 490 s at two threads one after the other, the two LSA heads 802
+        # against 904 s, the same heads up to float rounding (2026-12-01,
+        # docs/results-mini.md). GPU jobs take their cores from the resource model.
         threads: 1
         resources:
             **PLAN.resources("moa_train"),
