@@ -189,3 +189,43 @@ def test_generation_prompts_take_heldout_and_a_nested_prefix():
 )
 def test_is_python(prompt, response, expected):
     assert is_python(prompt, response) is expected
+
+
+def test_the_generation_stage_decodes_in_the_configured_engine(tokenizer, prompts, tmp_path):
+    """`responses_stage`, as rule generate_responses calls it with `resources.linear: packed`:
+    batched, left-padded generation in the packed kernel gives each prompt the tokens greedy
+    decoding one prompt at a time in that engine gives (the kernel is batch-invariant)."""
+    from kvspec.data.records import write_jsonl
+    from kvspec.models.load import load_weights
+    from kvspec.ngram.stages import responses_stage
+
+    from ..tiny import tiny_llama
+
+    model_dir = tmp_path / "model"
+    tiny_llama(0, vocab=len(tokenizer), double=False, pad_token_id=tokenizer.pad_token_id,
+               eos_token_id=tokenizer.eos_token_id).save_pretrained(model_dir)  # fmt: skip
+    tokenizer.save_pretrained(model_dir)
+    records = [{**p, "split": "index", "rank": i} for i, p in enumerate(prompts)]
+    write_jsonl(tmp_path / "prompts.jsonl", records)
+    out = tmp_path / "shard.jsonl"
+    responses_stage(str(tmp_path / "prompts.jsonl"), str(model_dir), str(out), shard=0,
+                    shards=1, fraction=1.0, heldout=False, max_new_tokens=NEW, batch_size=4,
+                    device="cpu", dtype="float32", threads=1, linear="packed")  # fmt: skip
+    packed = load_weights(model_dir, linear="packed")
+    assert packed.linear_engine == "packed"
+    stops = gen.stop_ids(packed, tokenizer)
+    got = {r["id"]: r["response_ids"] for r in _read(out)}
+    assert got.keys() == {p["id"] for p in prompts}
+    for p in prompts:
+        want = greedy_generate(packed, gen.prompt_ids(tokenizer, p["prompt"]), NEW, stops)
+        assert got[p["id"]] == gen.trim_response(want, stops, tokenizer.pad_token_id), p["id"]
+
+
+def test_vllm_generation_refuses_the_packed_engine(tmp_path):
+    from kvspec.ngram.stages import responses_stage
+
+    with pytest.raises(ValueError, match="runs its own kernels"):
+        responses_stage(str(tmp_path / "none.jsonl"), str(tmp_path), str(tmp_path / "o.jsonl"),
+                        shard=0, shards=1, fraction=1.0, heldout=False, max_new_tokens=4,
+                        batch_size=4, device="cpu", dtype="float32", threads=1,
+                        backend="vllm", linear="packed")  # fmt: skip

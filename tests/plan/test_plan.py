@@ -573,6 +573,9 @@ def test_generate_responses_goes_to_vllm_as_configured(configs, schema) -> None:
     assert Plan(validate(cfg, schema)).params("generate_responses")(wc)["vllm_eager"] is True
     mini = Plan(configs["config"]).params("generate_responses")(wc)
     assert "backend" not in mini and "vllm_eager" not in mini
+    # HF generate decodes in the study's engine; vLLM brings its own kernels
+    assert mini["linear"] == configs["config"]["resources"]["linear"] == "packed"
+    assert "linear" not in job
 
 
 DECODING = ["specdecode_speed", "specdecode_mla", "specdecode_draft_quality",

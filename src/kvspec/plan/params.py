@@ -186,7 +186,8 @@ def _generate_responses(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     return {"fraction": lambda w: gen["models"][w.model], "heldout": plan.spec.gen_heldout,
             "shards": gen["shards"], "max_new_tokens": gen["max_new_tokens"],
             "batch_size": gen["batch_size"], "checkpoint": Wild(paths.SHARD_STATE),
-            **(vllm if gen["backend"] == "vllm" else {}), **_run(c, "device", "dtype")}  # fmt: skip
+            **(vllm if gen["backend"] == "vllm" else _engine(c)),
+            **_run(c, "device", "dtype")}  # fmt: skip
 
 
 def _ngram_index(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
