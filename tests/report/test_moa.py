@@ -15,10 +15,12 @@ from kvspec.report.moa import (
     render_table_8,
     render_table_9,
     render_table_10,
+    separation,
     table_2,
     table_8,
     table_humaneval,
 )
+from kvspec.report.stats import ratio_stderr
 
 from ..conftest import REPO
 
@@ -78,6 +80,60 @@ def test_humaneval_tables_pick_the_mode_and_add_the_baseline(heads) -> None:
     assert independent["tokens_per_s (ours)"].notna().sum() == 1
     t5 = table_humaneval(_summary(), ITEM, heads, PAPER / "moa_table_5.csv", "chain", False)
     assert t5.set_index("drafter").loc["EAGLE", "accept_len (ours)"] == pytest.approx(3.2)
+
+
+# per prompt (new tokens, target forwards) of each chain method on the HumanEval set
+COUNTS = {"eagle/chain": [(64, 40), (64, 52), (60, 44)],
+          "ours/chain": [(64, 41), (64, 50), (60, 45)],
+          "independent/chain": [(64, 60), (64, 62), (60, 55)]}  # fmt: skip
+
+
+def _runs_with_records(heads: str, tmp_path: Path) -> str:
+    from kvspec.io import read_json
+
+    records = [
+        {
+            "method": m,
+            "prompt": f"HumanEval/{i}",
+            "set": "humaneval",
+            "tokens": [1] * tokens,
+            "forwards": forwards,
+        }
+        for m, counts in COUNTS.items()
+        for i, (tokens, forwards) in enumerate(counts)
+    ]
+    path = tmp_path / "with_records.json"
+    write_json(path, {**read_json(heads), "records": records})
+    return str(path)
+
+
+def test_table_5_gives_tau_its_prompt_sampling_error(heads, tmp_path) -> None:
+    runs = _runs_with_records(heads, tmp_path)
+    t5 = table_humaneval(_summary(), ITEM, runs, PAPER / "moa_table_5.csv", "chain", False)
+    eagle = t5.set_index("drafter").loc["EAGLE"]
+    tokens, forwards = zip(*COUNTS["eagle/chain"], strict=True)
+    assert eagle["accept_len stderr (ours)"] == pytest.approx(ratio_stderr(tokens, forwards))
+    assert eagle["accept_len stderr (ours)"] > 0
+    out = {"csv": str(tmp_path / "t5.csv"), "md": str(tmp_path / "t5.md")}
+    summary = tmp_path / "bench.csv"
+    _summary().to_csv(summary, index=False)
+    render_table_5(ITEM, {"summary": [str(summary)], "runs": [runs],
+                          "paper": [str(PAPER / "moa_table_5.csv")]}, out)  # fmt: skip
+    md = Path(out["md"]).read_text()
+    assert " ± " in md and "accept_len stderr (ours)" in Path(out["csv"]).read_text()
+    assert "2 of 3 pairs differ by more than 2 SE; not separated: Ours (TLI=0) / EAGLE-2" in md
+
+
+def test_separation_pairs_drafters_on_their_common_prompts() -> None:
+    per_prompt = {m: {f"p{i}": c for i, c in enumerate(counts)} for m, counts in COUNTS.items()}
+    labels = {m: m.split("/")[0] for m in COUNTS}
+    text = separation(per_prompt, labels)
+    assert text.startswith("τ paired over the 3 prompts")
+    assert "2 of 3 pairs" in text and "eagle / ours (" in text
+    assert "1 of 1 pairs" in separation(per_prompt, {"eagle/chain": "a",
+                                                     "independent/chain": "b"})  # fmt: skip
+    per_prompt["ours/chain"] = {"p0": COUNTS["ours/chain"][0]}
+    assert "need 2 common prompts" in separation(per_prompt, labels)
 
 
 @pytest.mark.parametrize("render, stem", [(render_table_2, "moa_table_2"),

@@ -1,4 +1,5 @@
-"""Standard errors per cell and paired differences between variants on the same documents."""
+"""Standard errors per cell, paired differences between variants on the same documents, and the
+prompt-sampling error of a ratio over prompts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from kvspec.report.stats import (
     display_with_stderr,
     documents_to_resolve,
     paired_difference,
+    paired_ratio_difference,
+    ratio_stderr,
     stderr_row,
 )
 
@@ -65,3 +68,39 @@ def test_documents_to_resolve_scale_the_measured_error_as_one_over_root_n() -> N
     assert documents_to_resolve(3.0, 100, points=6.0, z=1.0) == 25
     assert documents_to_resolve(0.0, 80) is None  # identical answers: nothing to scale
     assert documents_to_resolve(float("nan"), 80) is None and documents_to_resolve(2.0, 1) is None
+
+
+def _prompts(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, forwards) of `n` prompts with unequal lengths and acceptance."""
+    rng = np.random.default_rng(seed)
+    forwards = rng.integers(20, 60, size=n).astype(float)
+    return forwards * rng.uniform(1.1, 1.8, size=n), forwards
+
+
+def test_ratio_stderr_matches_the_bootstrap_of_the_pooled_ratio() -> None:
+    tokens, forwards = _prompts(400, seed=1)
+    rng = np.random.default_rng(2)
+    draws = rng.integers(0, len(tokens), size=(4000, len(tokens)))
+    boot = (tokens[draws].sum(axis=1) / forwards[draws].sum(axis=1)).std()
+    assert ratio_stderr(tokens, forwards) == pytest.approx(boot, rel=0.08)
+
+
+def test_ratio_stderr_edges() -> None:
+    assert ratio_stderr([3.0, 6.0, 9.0], [2.0, 4.0, 6.0]) == pytest.approx(0.0)  # one ratio
+    assert math.isnan(ratio_stderr([3.0], [2.0]))
+    with pytest.raises(ValueError, match="as many numerators"):
+        ratio_stderr([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="summing above 0"):
+        ratio_stderr([1.0, 2.0], [0.0, 0.0])
+
+
+def test_paired_ratio_difference_cancels_what_the_prompts_share() -> None:
+    tokens, forwards = _prompts(30, seed=3)
+    better = (tokens * 1.05, forwards)  # every prompt 5 % more tokens per forward
+    diff, se = paired_ratio_difference(better, (tokens, forwards))
+    assert diff == pytest.approx(0.05 * tokens.sum() / forwards.sum())
+    assert se == pytest.approx(0.05 * ratio_stderr(tokens, forwards), rel=1e-9)
+    unpaired = math.hypot(ratio_stderr(*better), ratio_stderr(tokens, forwards))
+    assert se < unpaired / 10  # a shared difficulty is not noise of the difference
+    with pytest.raises(ValueError, match="same units"):
+        paired_ratio_difference((tokens[:5], forwards[:5]), (tokens, forwards))

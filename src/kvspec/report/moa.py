@@ -11,6 +11,13 @@ from typing import Any
 import pandas as pd
 
 from kvspec.io import read_json
+from kvspec.report.stats import (
+    SE,
+    add_stderr,
+    display_with_stderr,
+    paired_ratio_difference,
+    ratio_stderr,
+)
 from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side
 
 # our method suffix -> the document's decoding column (Table 10)
@@ -71,28 +78,77 @@ def table_2(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
 
 def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
                     paper_csv: str, mode: str, with_decoding: bool) -> pd.DataFrame:  # fmt: skip
-    """Tables 5 (chain) and 10 (tree): HumanEval tokens/s and τ per drafter (+ greedy)."""
+    """Tables 5 (chain) and 10 (tree): HumanEval tokens/s and τ per drafter (+ greedy), τ with
+    its prompt-sampling standard error (`accept_len stderr (ours)`)."""
     labels = {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in item["labels"].items()}
     human = summary[summary["set"] == "humaneval"]
     rows = _rows(human, labels, mode)
+    per_prompt = prompt_counts(runs, "humaneval")
     ours = pd.DataFrame({"drafter": rows["drafter"], "tokens_per_s": rows["tok_s"],
                          "accept_len": rows["accept_len"], "speedup": rows["speedup"],
-                         "exact_vs_greedy": rows["exact_vs_greedy"]})  # fmt: skip
+                         "exact_vs_greedy": rows["exact_vs_greedy"],
+                         "accept_len_se": [tau_stderr(per_prompt.get(m, {}))
+                                           for m in rows["method"]]})  # fmt: skip
     keys = ["drafter"]
     if with_decoding:
         ours["decoding"] = DECODING[mode]
         base = human[human["method"] == "greedy"]
         greedy = pd.DataFrame({"drafter": ["Baseline"], "decoding": ["Vanilla"],
                                "tokens_per_s": base["tok_s"].to_numpy(), "accept_len": [1.0],
-                               "speedup": [1.0], "exact_vs_greedy": [1.0]})  # fmt: skip
+                               "speedup": [1.0], "exact_vs_greedy": [1.0],
+                               "accept_len_se": [0.0]})  # fmt: skip
         ours = pd.concat([ours, greedy])
         keys = ["drafter", "decoding"]
     ours = _with_sizes(ours, runs, labels)
     metrics = ["trainable_size", "tokens_per_s", "accept_len"]
     table = side_by_side(ours, paper_numeric(paper_csv), keys, metrics)
+    table = add_stderr(table, ours[[*keys, "accept_len_se"]].rename(
+        columns={"accept_len_se": "accept_len"}), keys)  # fmt: skip
     extra = ours[[*keys, "speedup", "exact_vs_greedy"]]
-    ours_cols = [*(f"{m} (ours)" for m in metrics), "speedup", "exact_vs_greedy"]
+    ours_cols = [*(f"{m} (ours)" for m in metrics), f"accept_len{SE}", "speedup",
+                 "exact_vs_greedy"]  # fmt: skip
     return _first_match_only(table.merge(extra, on=keys, how="left"), keys, ours_cols)
+
+
+def prompt_counts(runs: str, set_name: str) -> dict[str, dict[str, tuple[int, int]]]:
+    """method -> {prompt: (new tokens, target forwards)} of one set's timed records."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for r in read_json(runs)["records"]:
+        if r.get("set") == set_name:
+            out.setdefault(r["method"], {})[r["prompt"]] = (len(r["tokens"]), int(r["forwards"]))
+    return out
+
+
+def tau_stderr(per_prompt: Mapping[str, tuple[int, int]]) -> float:
+    """The prompt-sampling standard error of τ = Σ tokens / Σ forwards (NaN below 2 prompts)."""
+    if len(per_prompt) < 2:
+        return float("nan")
+    tokens, forwards = zip(*per_prompt.values(), strict=True)
+    return ratio_stderr(tokens, forwards)
+
+
+def separation(per_prompt: Mapping[str, Mapping[str, tuple[int, int]]],
+               labels: Mapping[str, str], z: float = 2.0) -> str:  # fmt: skip
+    """Which pairs of drafters (`labels`: method -> label) have τ differing by more than `z`
+    paired standard errors over the prompts every one of them decoded (a note's sentence)."""
+    common = sorted(set.intersection(*(set(per_prompt.get(m, {})) for m in labels)))
+    if len(common) < 2:
+        return f"τ differences between drafters need 2 common prompts or more; {len(common)} here."
+    counts = {m: tuple(zip(*(per_prompt[m][p] for p in common), strict=True)) for m in labels}
+    pairs = [(a, b) for i, a in enumerate(labels) for b in list(labels)[i + 1 :]]
+    close = []
+    for a, b in pairs:
+        diff, se = paired_ratio_difference(counts[a], counts[b])
+        if not abs(diff) > z * se:
+            close.append(f"{labels[a]} / {labels[b]} ({diff:+.3f} ± {se:.3f})")
+    return (
+        f"τ paired over the {len(common)} prompts every drafter decoded (delta-method "
+        f"standard error of each difference): {len(pairs) - len(close)} of {len(pairs)} "
+        f"pairs differ by more than {z:g} SE"
+        + ("; not separated: " + "; ".join(close) if close else "")
+        + ". One training run "
+        "per head: the spread between training runs is not in these errors."
+    )
 
 
 def _with_sizes(ours: pd.DataFrame, runs: str, labels: Mapping[str, str]) -> pd.DataFrame:
@@ -127,6 +183,10 @@ def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
                    out: Mapping[str, str]) -> None:  # fmt: skip
     summary = pd.read_csv(inputs["summary"][0])
     table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "chain", False)
+    per_prompt = prompt_counts(inputs["runs"][0], "humaneval")
+    chains = {m: item["labels"].get(m.split("/")[0], m.split("/")[0])
+              for m in summary.loc[summary["set"] == "humaneval", "method"]
+              if m.endswith("/chain")}  # fmt: skip
     save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "HumanEval prompts of the HumanEval set, chain drafting; the ablation heads are "
         "trained like the others and decoded on that set only. '-LSA' (ours): every layer's "
@@ -134,7 +194,14 @@ def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
         "'-LSA, o_1...o_t inputs': the target's last-layer features as the cross-attention's "
         "keys and values (our reading of the document's two -LSA variants). EAGLE (more "
         "params): a wider MLP; (more layers): two narrower layers, about EAGLE's trainable "
-        "size."]))  # fmt: skip
+        "size.", STDERR_NOTE, separation(per_prompt, chains)]),
+        shown=display_with_stderr(table))  # fmt: skip
+
+
+STDERR_NOTE = (
+    "accept_len (ours): τ ± its prompt-sampling standard error (delta method over "
+    "the set's prompts; CSV: `accept_len stderr (ours)`)."
+)
 
 
 def render_table_9(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
@@ -203,7 +270,8 @@ def render_table_10(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
     table = table_humaneval(summary, item, inputs["runs"][0], inputs["paper"][0], "tree", True)
     save_with_paper(table, out["csv"], out["md"], inputs["paper"][0], _notes(item, [
         "The HumanEval set's prompts (not the full 164 problems), tree drafting; Baseline = "
-        "our greedy loop. Not reproduced: Ouroboros."]))  # fmt: skip
+        "our greedy loop. Not reproduced: Ouroboros.", STDERR_NOTE]),
+        shown=display_with_stderr(table))  # fmt: skip
 
 
 def vocab_sweep(summary: pd.DataFrame, item: Mapping[str, Any], runs: str) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""Uncertainty of our measurements: lm-eval standard errors per cell, and paired differences
-between two model variants scored on the same documents (the comparisons the thesis makes)."""
+"""Uncertainty of our measurements: lm-eval standard errors per cell, paired differences
+between two model variants scored on the same documents (the comparisons the thesis makes),
+and the prompt-sampling error of a ratio over prompts (a drafter's tokens per target forward)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,39 @@ def paired_difference(
         se = math.sqrt(sum(v[1] ** 2 for v in out.values())) / k
         out["avg"] = (mean, se, sum(v[2] for v in out.values()))
     return out
+
+
+def ratio_stderr(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """Standard error of Σ numerators / Σ denominators over independent units (e.g. prompts:
+    tokens over target forwards, a drafter's τ), by the delta method: the standard error of the
+    mean of the ratio's linearisation (n_i − R·d_i) / mean(d); NaN below two units."""
+    return _ratio_se(_linearised(numerators, denominators))
+
+
+def paired_ratio_difference(
+    a: tuple[Sequence[float], Sequence[float]], b: tuple[Sequence[float], Sequence[float]]
+) -> tuple[float, float]:
+    """R_a − R_b of two ratios (numerators, denominators) measured on the same units in the
+    same order, and its standard error with the units paired (delta method)."""
+    za, zb = _linearised(*a), _linearised(*b)
+    if len(za) != len(zb):
+        raise ValueError(f"paired ratios need the same units, got {len(za)} and {len(zb)}")
+    return _ratio(*a) - _ratio(*b), _ratio_se(za - zb)
+
+
+def _ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    return float(np.sum(numerators) / np.sum(denominators))
+
+
+def _linearised(numerators: Sequence[float], denominators: Sequence[float]) -> np.ndarray:
+    n, d = np.asarray(numerators, dtype=float), np.asarray(denominators, dtype=float)
+    if n.shape != d.shape or not len(d) or d.sum() <= 0:
+        raise ValueError("a ratio needs as many numerators as denominators, summing above 0")
+    return (n - _ratio(n, d) * d) / d.mean()
+
+
+def _ratio_se(z: np.ndarray) -> float:
+    return float(z.std(ddof=1) / math.sqrt(len(z))) if len(z) > 1 else math.nan
 
 
 def documents_to_resolve(se: float, n: int, points: float = 3.0, z: float = 2.0) -> int | None:

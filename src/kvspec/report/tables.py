@@ -104,9 +104,14 @@ def paper_subset(inputs: dict[str, list[str]], column: str, value: str) -> pd.Da
 
 
 def save_with_paper(
-    table: pd.DataFrame, csv: str | Path, md: str | Path, paper_csv: str | Path, notes: list[str]
+    table: pd.DataFrame,
+    csv: str | Path,
+    md: str | Path,
+    paper_csv: str | Path,
+    notes: list[str],
+    shown: pd.DataFrame | None = None,
 ) -> None:
-    """Write a table with the paper table's title and our notes."""
+    """Write a table with the paper table's title and our notes (`shown`: its Markdown form)."""
     _, meta = read_paper_table(paper_csv)
     paper_notes = [f"(paper) columns: {meta['source'][0]}, {n}" for n in meta.get("notes", [])]
-    write_table(table, csv, md, meta["table"][0], [*notes, *paper_notes])
+    write_table(table, csv, md, meta["table"][0], [*notes, *paper_notes], shown=shown)
