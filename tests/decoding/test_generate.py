@@ -191,13 +191,28 @@ def test_is_python(prompt, response, expected):
     assert is_python(prompt, response) is expected
 
 
-def test_the_generation_stage_decodes_in_the_configured_engine(tokenizer, prompts, tmp_path):
+def test_the_generation_stage_decodes_in_the_configured_engine(
+    tokenizer, prompts, tmp_path, monkeypatch
+):
     """`responses_stage`, as rule generate_responses calls it with `resources.linear: packed`:
-    batched, left-padded generation in the packed kernel gives each prompt the tokens greedy
-    decoding one prompt at a time in that engine gives (the kernel is batch-invariant)."""
+    the model it generates with is packed, and batched, left-padded generation in the packed
+    kernel gives each prompt the tokens greedy decoding one prompt at a time in that engine
+    gives (the kernel is batch-invariant)."""
     from kvspec.data.records import write_jsonl
+    from kvspec.decoding.packed import engine_of
     from kvspec.models.load import load_weights
+    from kvspec.ngram import stages
     from kvspec.ngram.stages import responses_stage
+
+    engines = []
+
+    def spy(*args, **kwargs):
+        model, tok = load_model(*args, **kwargs)
+        engines.append(engine_of(model))
+        return model, tok
+
+    load_model = stages.load_model
+    monkeypatch.setattr(stages, "load_model", spy)
 
     from ..tiny import tiny_llama
 
@@ -211,8 +226,8 @@ def test_the_generation_stage_decodes_in_the_configured_engine(tokenizer, prompt
     responses_stage(str(tmp_path / "prompts.jsonl"), str(model_dir), str(out), shard=0,
                     shards=1, fraction=1.0, heldout=False, max_new_tokens=NEW, batch_size=4,
                     device="cpu", dtype="float32", threads=1, linear="packed")  # fmt: skip
+    assert engines == ["packed"]
     packed = load_weights(model_dir, linear="packed")
-    assert packed.linear_engine == "packed"
     stops = gen.stop_ids(packed, tokenizer)
     got = {r["id"]: r["response_ids"] for r in _read(out)}
     assert got.keys() == {p["id"] for p in prompts}
