@@ -8,6 +8,7 @@ import torch
 
 from kvspec.decoding.cache import common_prefix, crop_to
 from kvspec.decoding.drafts import Dist, Draft
+from kvspec.decoding.lean import lean_forward
 from kvspec.decoding.tree import (
     DraftTree,
     grow_tree,
@@ -28,6 +29,8 @@ class DraftModelDrafter:
     (`sample=True`, at `temperature` and `top_p`) report the distribution they were drawn
     from (`kvspec.decoding.warp.warp`).
     `q_format` is "tensor" for a (k, V) tensor or "dict" for sparse dicts.
+    The model runs through `kvspec.decoding.lean`'s forward where its layers are plain Llama
+    layers (its own forward otherwise): the same modules without transformers' plumbing.
     `stop_below` > 0 ends a draft after the first token whose probability under the draft is
     below it (transformers' `assistant_confidence_threshold`): the draft's own view of where
     verification will likely fail, so it stops paying for tokens that are then rejected. The
@@ -48,6 +51,7 @@ class DraftModelDrafter:
         if not 0.0 <= stop_below < 1.0:
             raise ValueError(f"stop_below must lie in [0, 1), got {stop_below}")
         self.model = model.eval()
+        self.forward = lean_forward(self.model)
         self.stop_below = stop_below
         self.report_confidence = report_confidence  # top-1 probabilities (PipeInfer's cutoff)
         self.sample = sample
@@ -100,7 +104,7 @@ class DraftModelDrafter:
 
     def _feed(self, tokens: list[int]) -> torch.Tensor:
         ids = torch.tensor([tokens], dtype=torch.long, device=self.model.device)  # (1, T)
-        out = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
+        out = self.forward(input_ids=ids, past_key_values=self.cache, use_cache=True)
         self.cache = out.past_key_values
         self.cached.extend(tokens)
         return out.logits[0, -1].cpu()  # (V,)
@@ -163,7 +167,7 @@ class ModelTreeDrafter(DraftModelDrafter):
         positions = [base - 1 + depths[n] for n in nodes]
         mask = model_mask(getattr(self.model, "config", None), visible_slots(rows, past, base),
                           positions, slot_pos, next(self.model.parameters()).dtype)  # fmt: skip
-        out = self.model(
+        out = self.forward(
             input_ids=torch.tensor([[tree.tokens[n] for n in nodes]], device=device),
             attention_mask=to_device(mask, device),
             position_ids=torch.tensor([positions], device=device),

@@ -22,6 +22,7 @@ import torch
 from kvspec.decoding.cache import crop_to
 from kvspec.decoding.draft_model import DraftModelDrafter
 from kvspec.decoding.drafts import Draft
+from kvspec.decoding.lean import lean_forward
 from kvspec.decoding.verify import verify_greedy, verify_sampling
 from kvspec.decoding.warp import warp
 from kvspec.seeds import derive
@@ -33,6 +34,7 @@ class CachedScorer:
 
     def __init__(self, model: torch.nn.Module, temperature: float, top_p: float) -> None:
         self.model, self.temperature, self.top_p = model.eval(), temperature, top_p
+        self.forward = lean_forward(self.model)  # kvspec.decoding.lean where it applies
         self.cache: Any = None
         self.cached: list[int] = []
 
@@ -49,7 +51,7 @@ class CachedScorer:
             crop_to(self.cache, keep)
             self.cached = self.cached[:keep]
         ids = torch.tensor([full[keep:]], device=self.model.device)  # (1, T)
-        logits = self.model(input_ids=ids, past_key_values=self.cache, use_cache=True).logits
+        logits = self.forward(input_ids=ids, past_key_values=self.cache, use_cache=True).logits
         self.cached = list(full)
         return warp(logits[0, -(len(tokens) + 1) :].cpu(), self.temperature, self.top_p)
 

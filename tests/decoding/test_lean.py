@@ -1,0 +1,114 @@
+"""The lean Llama forward: transformers' logits for every way the drafters feed a model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+
+from kvspec.decoding.cache import crop_to
+from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
+from kvspec.decoding.lean import LeanLlama, lean_forward
+from kvspec.decoding.packed import pack_linears
+from kvspec.models.draft_vocab import attach_reduced_head
+from kvspec.sampling.three_model import CachedScorer
+
+from ..tiny import tiny_llama
+
+VOCAB = 64
+
+
+def _models(engine: str) -> torch.nn.Module:
+    model = tiny_llama(3, vocab=VOCAB, layers=3, double=engine == "torch")
+    return pack_linears(model, engine)
+
+
+def _pair(model: torch.nn.Module, lean: LeanLlama, feeds, *, atol: float) -> None:
+    """Feed both forwards the same chunks (a crop to n before a chunk when given as (n, ids)):
+    equal logits and equal cache lengths after each."""
+    ours, theirs = DynamicCache(), DynamicCache()
+    for feed in feeds:
+        if isinstance(feed, tuple):
+            keep, feed = feed
+            crop_to(ours, keep)
+            crop_to(theirs, keep)
+        ids = torch.tensor([feed])
+        with torch.inference_mode():
+            want = model(input_ids=ids, past_key_values=theirs, use_cache=True).logits
+            got = lean(input_ids=ids, past_key_values=ours).logits
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=atol, rtol=0)
+        assert ours.get_seq_length() == theirs.get_seq_length()
+
+
+@pytest.mark.parametrize("engine", ["torch", "packed", "packed-bf16"])
+def test_lean_logits_equal_transformers_for_prefill_steps_chunks_and_crops(engine) -> None:
+    model = _models(engine)
+    lean = lean_forward(model)
+    assert isinstance(lean, LeanLlama)
+    feeds = [list(range(3, 23)), [5], [9], [40, 2, 7], (21, [11]), [12, 13], (4, [50, 51, 52]),
+             [1]]  # fmt: skip
+    _pair(model, lean, feeds, atol=1e-10 if engine == "torch" else 2e-5)
+
+
+def test_lean_logits_equal_transformers_with_a_reduced_readout() -> None:
+    model = pack_linears(tiny_llama(5, vocab=VOCAB, double=False), "packed-bf16")
+    attach_reduced_head(model, list(range(0, VOCAB, 3)))
+    _pair(model, lean_forward(model), [[4, 8, 15, 16, 23, 42], [7], [1, 2]], atol=2e-5)
+
+
+def test_a_tree_grown_through_the_lean_forward_is_transformers_tree() -> None:
+    model = tiny_llama(7, vocab=VOCAB, layers=2)
+    lean_tree = ModelTreeDrafter(model, 4, 3, 10)
+    hf_tree = ModelTreeDrafter(model, 4, 3, 10)
+    hf_tree.forward = model  # transformers' own forward
+    assert isinstance(lean_tree.forward, LeanLlama)
+    for context in ([1, 2, 3, 4], [1, 2, 3, 4, 9, 9], [30, 31]):
+        a, b = lean_tree.propose_tree(context, 4), hf_tree.propose_tree(context, 4)
+        assert a.tokens == b.tokens and a.parents == b.parents
+        assert a.scores == pytest.approx(b.scores, abs=1e-9)
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_a_draft_proposes_through_the_lean_forward_what_transformers_would(sample) -> None:
+    model = tiny_llama(11, vocab=VOCAB, layers=2)
+    lean = DraftModelDrafter(model, sample=sample, seed=3)
+    hf = DraftModelDrafter(model, sample=sample, seed=3)
+    hf.forward = model
+    assert isinstance(lean.forward, LeanLlama)
+    context = [3, 1, 4, 1, 5]
+    for _ in range(4):  # the cache is reused and cropped across calls
+        a, b = lean.propose(context, 5), hf.propose(context, 5)
+        assert a.tokens == b.tokens
+        torch.testing.assert_close(a.q, b.q, atol=1e-9, rtol=0)
+        context = [*context, *a.tokens[:2], 7]
+
+
+def test_the_middle_model_of_three_model_sampling_scores_through_the_lean_forward() -> None:
+    model = tiny_llama(13, vocab=VOCAB, layers=2)
+    lean, hf = CachedScorer(model, 0.7, 0.9), CachedScorer(model, 0.7, 0.9)
+    hf.forward = model
+    assert isinstance(lean.forward, LeanLlama)
+    for context, tokens in (([1, 2, 3], [4, 5]), ([1, 2, 3, 4, 5], [6]), ([9, 8], [7, 6, 5])):
+        torch.testing.assert_close(lean.rows(context, tokens), hf.rows(context, tokens),
+                                   atol=1e-9, rtol=0)  # fmt: skip
+
+
+def test_other_architectures_keep_their_own_forward() -> None:
+    config = Qwen3Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8)  # fmt: skip
+    qwen = Qwen3ForCausalLM(config).eval()
+    assert lean_forward(qwen) is qwen
+    biased = tiny_llama(1, vocab=VOCAB, attention_bias=True)
+    assert lean_forward(biased) is biased
+    with pytest.raises(ValueError, match="plain Llama"):
+        LeanLlama(qwen)
+
+
+def test_the_lean_forward_refuses_a_batch_and_a_two_dimensional_mask() -> None:
+    lean = lean_forward(tiny_llama(1, vocab=VOCAB))
+    with pytest.raises(ValueError, match="one sequence"):
+        lean(input_ids=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="4-D"):
+        lean(input_ids=torch.zeros(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3))
