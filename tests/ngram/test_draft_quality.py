@@ -55,8 +55,26 @@ def test_a_random_draft_is_accepted_less(target, prompts) -> None:
 
 
 def test_timed_forward_leaves_the_cache_as_it_was(target) -> None:
-    cm = _CachedModel(target, cache_len=20, seed=0)
+    cm = _CachedModel(target, cache_len=20, seed=0, drafts=False)
     assert cm.time_feed(5) > 0 and cm.cache.get_seq_length() == 20
+
+
+def test_the_draft_is_timed_through_its_drafters_forward(target, monkeypatch) -> None:
+    """The draft's step cost is that of the forward `DraftModelDrafter` calls (the lean one
+    for a plain Llama); the target's that of its own forward, as the decoding loop calls it."""
+    from kvspec.decoding.lean import LeanLlama
+
+    seen: list[int] = []
+    real = LeanLlama.__call__
+
+    def spy(self, **kw):  # noqa: ANN001, ANN202
+        seen.append(id(self.model))
+        return real(self, **kw)
+
+    monkeypatch.setattr(LeanLlama, "__call__", spy)
+    small = tiny_llama(1, vocab=VOCAB, hidden=16, intermediate=32, layers=1)
+    step_costs({"target": target, "draft": small}, cache_len=8, feeds=[1, 2], repeats=2)
+    assert seen and set(seen) == {id(small)}
 
 
 def test_step_costs_and_predicted_speedup(target) -> None:

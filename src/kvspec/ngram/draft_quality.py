@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from kvspec.decoding.cache import crop_to
 from kvspec.decoding.draft_model import DraftModelDrafter
+from kvspec.decoding.lean import lean_forward
 from kvspec.decoding.loop import speculative_generate
 from kvspec.seeds import derive
 
@@ -35,12 +36,14 @@ Prompts = Sequence[tuple[str, list[int]]]
 
 
 class _CachedModel:
-    """A model holding a KV cache of `cache_len` seeded random tokens, timed feeding q more."""
+    """A model holding a KV cache of `cache_len` seeded random tokens, timed feeding q more;
+    `drafts` through the forward its drafter calls (`kvspec.decoding.lean` where it applies)."""
 
-    def __init__(self, model: torch.nn.Module, cache_len: int, seed: int) -> None:
+    def __init__(self, model: torch.nn.Module, cache_len: int, seed: int, drafts: bool) -> None:
         from transformers import DynamicCache
 
         self.model, self.cache_len = model.eval(), cache_len
+        self.forward = lean_forward(self.model) if drafts else self.model
         self.vocab = model.config.vocab_size
         self.generator = torch.Generator().manual_seed(derive(seed, "cache context"))
         self.cache = DynamicCache()
@@ -51,7 +54,8 @@ class _CachedModel:
 
     @torch.inference_mode()
     def _forward(self, ids: torch.Tensor) -> None:
-        self.model(input_ids=ids.to(self.model.device), past_key_values=self.cache, use_cache=True)
+        ids = ids.to(self.model.device)
+        self.forward(input_ids=ids, past_key_values=self.cache, use_cache=True)
 
     def time_feed(self, q: int) -> float:
         """Seconds of one forward of q new tokens; the cache is cropped back afterwards."""
@@ -70,10 +74,12 @@ def step_costs(
     feeds: Sequence[int],
     repeats: int,
     seed: int = 0,
+    drafts: Sequence[str] = ("draft",),
 ) -> dict[str, dict[int, float]]:
     """model name -> q -> median milliseconds of one forward feeding q tokens after a
-    `cache_len`-token cache, timed round-robin over models and q (one warm-up round)."""
-    cached = {name: _CachedModel(m, cache_len, seed) for name, m in models.items()}
+    `cache_len`-token cache, timed round-robin over models and q (one warm-up round); the
+    models named in `drafts` through the forward `DraftModelDrafter` calls."""
+    cached = {name: _CachedModel(m, cache_len, seed, name in drafts) for name, m in models.items()}
     times: dict[str, dict[int, list[float]]] = {n: {q: [] for q in feeds} for n in cached}
     for rep in tqdm(range(repeats + 1), desc="step costs", mininterval=10):
         for q in feeds:
