@@ -8,7 +8,7 @@ from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
 
 from kvspec.decoding.cache import crop_to
 from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
-from kvspec.decoding.lean import LeanLlama, lean_forward
+from kvspec.decoding.lean import LeanLlama, StaticKV, lean_forward
 from kvspec.decoding.packed import pack_linears
 from kvspec.models.draft_vocab import attach_reduced_head
 from kvspec.sampling.three_model import CachedScorer
@@ -26,7 +26,7 @@ def _models(engine: str) -> torch.nn.Module:
 def _pair(model: torch.nn.Module, lean: LeanLlama, feeds, *, atol: float) -> None:
     """Feed both forwards the same chunks (a crop to n before a chunk when given as (n, ids)):
     equal logits and equal cache lengths after each."""
-    ours, theirs = DynamicCache(), DynamicCache()
+    ours, theirs = lean.new_cache(), DynamicCache()
     for feed in feeds:
         if isinstance(feed, tuple):
             keep, feed = feed
@@ -46,15 +46,46 @@ def test_lean_logits_equal_transformers_for_prefill_steps_chunks_and_crops(engin
     model = _models(engine)
     lean = lean_forward(model)
     assert isinstance(lean, LeanLlama)
+    assert (lean.step is None) == (engine == "torch")  # packed models step in one call
     feeds = [list(range(3, 23)), [5], [9], [40, 2, 7], (21, [11]), [12, 13], (4, [50, 51, 52]),
              [1]]  # fmt: skip
     _pair(model, lean, feeds, atol=1e-10 if engine == "torch" else 2e-5)
 
 
 def test_lean_logits_equal_transformers_with_a_reduced_readout() -> None:
-    model = pack_linears(tiny_llama(5, vocab=VOCAB, double=False), "packed-bf16")
+    model = tiny_llama(5, vocab=VOCAB, double=False)
     attach_reduced_head(model, list(range(0, VOCAB, 3)))
-    _pair(model, lean_forward(model), [[4, 8, 15, 16, 23, 42], [7], [1, 2]], atol=2e-5)
+    pack_linears(model, "packed-bf16")
+    lean = lean_forward(model)
+    assert lean.step is not None
+    _pair(model, lean, [[4, 8, 15, 16, 23, 42], [7], [9], (5, [1]), [1, 2]], atol=2e-5)
+
+
+def test_the_one_call_step_equals_the_modules_step_over_a_growing_cache(monkeypatch) -> None:
+    """Through the cache's doubling (a first capacity of 2 positions) and crops: the C++ step
+    and the module path give the same logits and leave the same keys and values."""
+    from kvspec.decoding import lean as lean_module
+
+    monkeypatch.setattr(lean_module, "FIRST_CAPACITY", 2)
+    model = pack_linears(tiny_llama(9, vocab=VOCAB, layers=2, double=False), "packed")
+    one = lean_forward(model)
+    modules = lean_forward(model)
+    modules.step = None
+    a, b = one.new_cache(), modules.new_cache()
+    one(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=a)
+    modules(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=b)
+    for i, token in enumerate([5, 6, 7, 8, 9, 10, 11, 12, 13]):
+        if i == 5:
+            crop_to(a, 4)
+            crop_to(b, 4)
+        x = torch.tensor([[token]])
+        got = one(input_ids=x, past_key_values=a).logits
+        want = modules(input_ids=x, past_key_values=b).logits
+        torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
+    assert a.length == b.length == 8 and a.keys.shape[2] == 8
+    n = a.length
+    torch.testing.assert_close(a.keys[:, :, :n], b.keys[:, :, :n], atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.values[:, :, :n], b.values[:, :, :n], atol=1e-5, rtol=0)
 
 
 def test_a_tree_grown_through_the_lean_forward_is_transformers_tree() -> None:
@@ -106,9 +137,24 @@ def test_other_architectures_keep_their_own_forward() -> None:
         LeanLlama(qwen)
 
 
-def test_the_lean_forward_refuses_a_batch_and_a_two_dimensional_mask() -> None:
+def test_the_lean_forward_refuses_a_batch_a_two_dimensional_mask_and_another_cache() -> None:
     lean = lean_forward(tiny_llama(1, vocab=VOCAB))
     with pytest.raises(ValueError, match="one sequence"):
         lean(input_ids=torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="4-D"):
         lean(input_ids=torch.zeros(1, 3, dtype=torch.long), attention_mask=torch.ones(1, 3))
+    with pytest.raises(TypeError, match="StaticKV"):
+        lean(input_ids=torch.zeros(1, 3, dtype=torch.long), past_key_values=DynamicCache())
+
+
+def test_a_static_cache_crops_as_transformers_cache() -> None:
+    cache = StaticKV(2, 2, 4, dtype=torch.float32, device="cpu", capacity=8)
+    cache.length = 6
+    cache.crop(-2)
+    assert cache.get_seq_length() == 4
+    cache.crop(9)
+    assert cache.length == 4
+    cache.crop(1)
+    assert cache.length == 1
+    cache.reserve(20)
+    assert cache.keys.shape == (2, 2, 32, 4)

@@ -8,7 +8,7 @@ import torch
 
 from kvspec.decoding.cache import common_prefix, crop_to
 from kvspec.decoding.drafts import Dist, Draft
-from kvspec.decoding.lean import lean_forward
+from kvspec.decoding.lean import lean_forward, new_cache
 from kvspec.decoding.tree import (
     DraftTree,
     grow_tree,
@@ -92,11 +92,9 @@ class DraftModelDrafter:
 
     def _sync(self, ctx: list[int]) -> torch.Tensor:
         """Make the cache hold ctx[:-1] plus the fed tail; return logits after ctx."""
-        from transformers import DynamicCache
-
         keep = min(common_prefix(self.cached, ctx), len(ctx) - 1)
         if keep == 0 or self.cache is None:
-            self.cache, self.cached = DynamicCache(), []
+            self.cache, self.cached = new_cache(self.forward), []
         else:
             crop_to(self.cache, keep)
             self.cached = self.cached[:keep]

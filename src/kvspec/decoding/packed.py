@@ -119,6 +119,7 @@ def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:
             )
         module.requires_grad_(False)
         packed = kernel().pack(weight.detach().to(WEIGHTS[engine]))
+        module.packed_weight = packed  # what kvspec.decoding.lean's one-call step reads
         compute = _forward(packed, weight.shape[0], getattr(module, "bias", None))
         setattr(module, "reduced" if _is_readout(module) else "forward", compute)
     model.linear_engine = engine  # engine_of: what layers built later for it should use
@@ -153,6 +154,7 @@ def _norm_forward(module: torch.nn.Module):  # noqa: ANN202
     def forward(x: torch.Tensor) -> torch.Tensor:
         return run(x, weight, eps)
 
+    module.packed_norm = (weight, eps)  # the weight as applied, and eps (kvspec.decoding.lean)
     return forward
 
 

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from kvspec.decoding.cache import crop_to
 from kvspec.decoding.draft_model import DraftModelDrafter
-from kvspec.decoding.lean import lean_forward
+from kvspec.decoding.lean import lean_forward, new_cache
 from kvspec.decoding.loop import speculative_generate
 from kvspec.seeds import derive
 
@@ -40,13 +40,11 @@ class _CachedModel:
     `drafts` through the forward its drafter calls (`kvspec.decoding.lean` where it applies)."""
 
     def __init__(self, model: torch.nn.Module, cache_len: int, seed: int, drafts: bool) -> None:
-        from transformers import DynamicCache
-
         self.model, self.cache_len = model.eval(), cache_len
         self.forward = lean_forward(self.model) if drafts else self.model
         self.vocab = model.config.vocab_size
         self.generator = torch.Generator().manual_seed(derive(seed, "cache context"))
-        self.cache = DynamicCache()
+        self.cache = new_cache(self.forward)
         self._forward(self._tokens(cache_len))
 
     def _tokens(self, n: int) -> torch.Tensor:

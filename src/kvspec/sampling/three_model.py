@@ -22,7 +22,7 @@ import torch
 from kvspec.decoding.cache import crop_to
 from kvspec.decoding.draft_model import DraftModelDrafter
 from kvspec.decoding.drafts import Draft
-from kvspec.decoding.lean import lean_forward
+from kvspec.decoding.lean import lean_forward, new_cache
 from kvspec.decoding.verify import verify_greedy, verify_sampling
 from kvspec.decoding.warp import warp
 from kvspec.seeds import derive
@@ -41,12 +41,10 @@ class CachedScorer:
     @torch.inference_mode()
     def rows(self, context: list[int], tokens: list[int]) -> torch.Tensor:
         """(len(tokens) + 1, V): the distribution after context, then after each token."""
-        from transformers import DynamicCache
-
         full = [*context, *tokens]
         keep = min(_common_prefix(self.cached, full), len(context) - 1)
         if self.cache is None or keep == 0:
-            self.cache, self.cached, keep = DynamicCache(), [], 0
+            self.cache, self.cached, keep = new_cache(self.forward), [], 0
         else:
             crop_to(self.cache, keep)
             self.cached = self.cached[:keep]

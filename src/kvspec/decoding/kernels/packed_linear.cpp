@@ -124,10 +124,21 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   return (NP * 16 == N ? out : out.narrow(1, 0, N).contiguous()).view(shape);
 }
 
-// RMSNorm of every row of x (the last dim): x * rsqrt(mean(x^2) + eps) * w, w the norm's
-// weight as the model applies it (Llama: w; Gemma: 1 + w). The squares are summed in one fixed
-// order (16 lanes over the row, then the lanes in order), so a row's result does not depend on
-// the other rows either.
+// RMSNorm of one row r of K values into out: r * rsqrt(mean(r^2) + eps) * w. The squares are
+// summed in one fixed order (16 lanes over the row, then the lanes in order).
+inline void norm_row(const float* r, const float* wp, int64_t K, double eps, float* out) {
+  const int64_t K16 = K - K % 16;
+  v16 acc{};
+  for (int64_t k = 0; k < K16; k += 16) { v16 v = load(r + k); acc += v * v; }
+  float sum = 0.0f;
+  for (int i = 0; i < 16; ++i) sum += acc[i];
+  for (int64_t k = K16; k < K; ++k) sum += r[k] * r[k];
+  const float scale = 1.0f / std::sqrt(sum / static_cast<float>(K) + static_cast<float>(eps));
+  for (int64_t k = 0; k < K; ++k) out[k] = r[k] * scale * wp[k];
+}
+
+// RMSNorm of every row of x (the last dim), w the norm's weight as the model applies it
+// (Llama: w; Gemma: 1 + w); a row's result does not depend on the other rows.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat && w.scalar_type() == torch::kFloat &&
                   x.device().is_cpu() && w.is_contiguous(),
@@ -135,22 +146,132 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
   const int64_t K = w.numel();
   TORCH_CHECK(x.size(-1) == K, "rms_norm: input width ", x.size(-1), " != ", K);
   auto x2 = x.reshape({-1, K}).contiguous();
-  const int64_t M = x2.size(0), K16 = K - K % 16;
+  const int64_t M = x2.size(0);
   auto out = torch::empty_like(x2);
   const float* xp = x2.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m) {
-    const float* r = xp + m * K;
-    v16 acc{};
-    for (int64_t k = 0; k < K16; k += 16) { v16 v = load(r + k); acc += v * v; }
-    float sum = 0.0f;
-    for (int i = 0; i < 16; ++i) sum += acc[i];
-    for (int64_t k = K16; k < K; ++k) sum += r[k] * r[k];
-    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(K) + static_cast<float>(eps));
-    for (int64_t k = 0; k < K; ++k) op[m * K + k] = r[k] * scale * wp[k];
-  }
+  for (int64_t m = 0; m < M; ++m) norm_row(xp + m * K, wp, K, eps, op + m * K);
   return out.view(x.sizes());
+}
+
+// One row through packed panels into out (ceil(N/16)*16 floats), as `linear` computes it.
+void linear_row(const float* x, const torch::Tensor& packed, float* out) {
+  const int64_t K = packed.size(1), NP = packed.size(0);
+  std::fill(out, out + NP * 16, 0.0f);
+  if (packed.scalar_type() == torch::kFloat) {
+    const float* wp = packed.data_ptr<float>();
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, 1, K, wp, out, NP, a, b); });
+  } else {
+    const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, 1, K, wp, out, NP, a, b); });
+  }
+}
+
+// transformers' rotary embedding of one head vector in place: x * cos + rotate_half(x) * sin,
+// rotate_half(x) = (-x[half:], x[:half]).
+inline void rotate(float* x, const float* cos, const float* sin, int64_t d) {
+  const int64_t half = d / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const float a = x[i], b = x[i + half];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + half] = b * cos[i + half] + a * sin[i + half];
+  }
+}
+
+// Attention of one query head q (d) over keys/values rows 0..n-1 (n x d each) into out (d).
+inline void attend_one(const float* q, const float* keys, const float* values, int64_t n,
+                       int64_t d, float scale, float* scores, float* out) {
+  const int64_t d16 = d - d % 16;
+  float top = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const float* k = keys + j * d;
+    v16 acc{};
+    for (int64_t i = 0; i < d16; i += 16) acc += load(q + i) * load(k + i);
+    float s = 0.0f;
+    for (int l = 0; l < 16; ++l) s += acc[l];
+    for (int64_t i = d16; i < d; ++i) s += q[i] * k[i];
+    scores[j] = s * scale;
+    top = std::max(top, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n; ++j) { scores[j] = std::exp(scores[j] - top); sum += scores[j]; }
+  std::fill(out, out + d, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = scores[j] / sum;
+    const float* v = values + j * d;
+    for (int64_t i = 0; i < d; ++i) out[i] += p * v[i];
+  }
+}
+
+inline int64_t padded(const torch::Tensor& packed) { return packed.size(0) * 16; }
+
+// One decoding step of a plain Llama decoder (batch 1, one new position) in one call: the
+// token's embedding x0 (D) through every layer (RMSNorm, q/k/v, RoPE, grouped attention over
+// the cache plus this position, o; RMSNorm, SiLU-gated MLP; residuals), the final norm and the
+// output head. norms: 2 per layer, then the final one (weights as applied); packed: q, k, v, o,
+// gate, up, down per layer, then the head; keys/values (L, h_kv, capacity, d) get this
+// position's rotated key and value at index `len`, and attention reads rows 0..len.
+torch::Tensor llama_step(const torch::Tensor& x0, int64_t len, const torch::Tensor& cos,
+                         const torch::Tensor& sin, const std::vector<torch::Tensor>& norms,
+                         const std::vector<torch::Tensor>& packed, int64_t n_out,
+                         const torch::Tensor& keys, const torch::Tensor& values, int64_t heads,
+                         double eps) {
+  const int64_t L = keys.size(0), hkv = keys.size(1), cap = keys.size(2), d = keys.size(3);
+  const int64_t D = x0.numel();
+  TORCH_CHECK(x0.scalar_type() == torch::kFloat && x0.is_contiguous() && keys.is_contiguous() &&
+                  values.is_contiguous() && keys.scalar_type() == torch::kFloat,
+              "llama_step: contiguous float32 CPU tensors");
+  TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * L + 1 &&
+                  static_cast<int64_t>(packed.size()) == 7 * L + 1,
+              "llama_step: 2 norms and 7 layers per decoder layer, then the final norm and head");
+  TORCH_CHECK(len < cap && heads % hkv == 0 && cos.numel() == d && sin.numel() == d,
+              "llama_step: cache full or shapes inconsistent");
+  const int64_t group = heads / hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> x(x0.data_ptr<float>(), x0.data_ptr<float>() + D), h(D);
+  std::vector<float> q(padded(packed[0])), k(padded(packed[1])), v(padded(packed[2]));
+  std::vector<float> att(heads * d), o(padded(packed[3]));
+  std::vector<float> gate(padded(packed[4])), up(padded(packed[5])), down(padded(packed[6]));
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  for (int64_t l = 0; l < L; ++l) {
+    const torch::Tensor* w = packed.data() + 7 * l;
+    norm_row(x.data(), norms[2 * l].data_ptr<float>(), D, eps, h.data());
+    linear_row(h.data(), w[0], q.data());
+    linear_row(h.data(), w[1], k.data());
+    linear_row(h.data(), w[2], v.data());
+    float* kc = keys.data_ptr<float>() + l * hkv * cap * d;
+    float* vc = values.data_ptr<float>() + l * hkv * cap * d;
+    for (int64_t g = 0; g < hkv; ++g) {
+      rotate(k.data() + g * d, cp, sp, d);
+      std::memcpy(kc + (g * cap + len) * d, k.data() + g * d, d * sizeof(float));
+      std::memcpy(vc + (g * cap + len) * d, v.data() + g * d, d * sizeof(float));
+    }
+    at::parallel_for(0, heads, 1, [&](int64_t a, int64_t b) {
+      std::vector<float> scores(len + 1);
+      for (int64_t hd = a; hd < b; ++hd) {
+        rotate(q.data() + hd * d, cp, sp, d);
+        const int64_t g = hd / group;
+        attend_one(q.data() + hd * d, kc + g * cap * d, vc + g * cap * d, len + 1, d, scale,
+                   scores.data(), att.data() + hd * d);
+      }
+    });
+    linear_row(att.data(), w[3], o.data());
+    for (int64_t i = 0; i < D; ++i) x[i] += o[i];
+    norm_row(x.data(), norms[2 * l + 1].data_ptr<float>(), D, eps, h.data());
+    linear_row(h.data(), w[4], gate.data());
+    linear_row(h.data(), w[5], up.data());
+    const int64_t inter = w[6].size(1);
+    for (int64_t i = 0; i < inter; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    linear_row(gate.data(), w[6], down.data());
+    for (int64_t i = 0; i < D; ++i) x[i] += down[i];
+  }
+  norm_row(x.data(), norms[2 * L].data_ptr<float>(), D, eps, h.data());
+  const torch::Tensor& head = packed[7 * L];
+  auto logits = torch::empty({padded(head)}, x0.options());
+  linear_row(h.data(), head, logits.data_ptr<float>());
+  return logits.narrow(0, 0, n_out).contiguous();
 }
 
 // Was this build's at::parallel_for compiled for OpenMP (PyTorch's CPU thread pool on Linux)?
@@ -168,4 +289,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "W (N x K) -> panels (ceil(N/16) x K x 16)");
   m.def("rms_norm", &rms_norm, "RMSNorm over the last dim, fixed summation order");
   m.def("linear", &linear, "x W^T through packed panels, float32 sums, batch invariant");
+  m.def("llama_step", &llama_step, "one decoding step of a plain Llama decoder, one call");
 }
