@@ -62,8 +62,9 @@ def test_lean_logits_equal_transformers_with_a_reduced_readout() -> None:
 
 
 def test_the_one_call_step_equals_the_modules_step_over_a_growing_cache(monkeypatch) -> None:
-    """Through the cache's doubling (a first capacity of 2 positions) and crops: the C++ step
-    and the module path give the same logits and leave the same keys and values."""
+    """Single positions and chained ones, through the cache's doubling (a first capacity of 2
+    positions) and crops: the C++ call and the module path give the same logits and leave the
+    same keys and values."""
     from kvspec.decoding import lean as lean_module
 
     monkeypatch.setattr(lean_module, "FIRST_CAPACITY", 2)
@@ -74,15 +75,16 @@ def test_the_one_call_step_equals_the_modules_step_over_a_growing_cache(monkeypa
     a, b = one.new_cache(), modules.new_cache()
     one(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=a)
     modules(input_ids=torch.tensor([[1, 2, 3]]), past_key_values=b)
-    for i, token in enumerate([5, 6, 7, 8, 9, 10, 11, 12, 13]):
+    for i, chunk in enumerate([[5], [6, 7], [8], [9, 10, 11], [12], [13], [14, 15], [16]]):
         if i == 5:
             crop_to(a, 4)
             crop_to(b, 4)
-        x = torch.tensor([[token]])
+        x = torch.tensor([chunk])
         got = one(input_ids=x, past_key_values=a).logits
         want = modules(input_ids=x, past_key_values=b).logits
+        assert got.shape == want.shape == (1, len(chunk), VOCAB)
         torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
-    assert a.length == b.length == 8 and a.keys.shape[2] == 8
+    assert a.length == b.length == 8 and a.keys.shape[2] == 16  # 11 positions at most
     n = a.length
     torch.testing.assert_close(a.keys[:, :, :n], b.keys[:, :, :n], atol=1e-5, rtol=0)
     torch.testing.assert_close(a.values[:, :, :n], b.values[:, :, :n], atol=1e-5, rtol=0)

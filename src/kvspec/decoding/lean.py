@@ -3,16 +3,18 @@
 transformers' modules wrap each decoding step of a small draft in ~45 module calls, a causal-mask
 builder, output dataclasses and per-call attention dispatch; for a 3-layer draft that plumbing
 cost as much as its weights take to stream (`draft` after a target step, 2 threads: 2.6 ms a
-step, of which the packed kernel's 22 calls 1.3 ms). `lean_forward(model)` answers the
-drafters' call (`input_ids`, `past_key_values`, optional 4-D additive `attention_mask` and
-`position_ids`) with the same weights of the same model:
+step, of which the packed kernel's 22 calls 1.3 ms; the one call below: 1.6-1.8 ms against
+2.9-3.6 ms in transformers' forward, alternating in one process, 2026-12-02).
+`lean_forward(model)` answers the drafters' call (`input_ids`, `past_key_values`, optional 4-D
+additive `attention_mask` and `position_ids`) with the same weights of the same model:
 
-- a **one-position step** of a model packed for the CPU engine (`kvspec.decoding.packed`) is one
-  C++ call (`llama_step` in `kernels/packed_linear.cpp`): the kernel's own row product and
-  RMSNorm, transformers' RoPE convention from the model's rotary table, grouped attention of
-  the one query over the cache, the SiLU-gated MLP, the final norm and the head;
-- **several positions** (a prefill, a context tail, a draft tree with its mask), or a model in
-  PyTorch's layers (GPUs), go through the model's modules with only the glue written out:
+- **chained positions** (a decoding step, a context tail; up to `CHAIN_CALL_MAX`) of a model
+  packed for the CPU engine (`kvspec.decoding.packed`) are one C++ call (`llama_step` in
+  `kernels/packed_linear.cpp`): the kernel's own row products and RMSNorm, transformers' RoPE
+  convention from the model's rotary table, grouped causal attention over the cache, the
+  SiLU-gated MLP, the final norm and the head;
+- **a draft tree** (positions with a mask), a prompt's prefill, or a model in PyTorch's layers
+  (GPUs), goes through the model's modules with only the glue written out:
   RoPE as transformers' `apply_rotary_pos_emb`, attention through torch's SDPA with the mask
   (causal after the cache when none is given), one unmasked position as three small products.
 
@@ -40,6 +42,12 @@ import torch.nn.functional as F
 
 FIRST_CAPACITY = 1024  # positions a new cache holds before its first doubling
 STATIC_ROPE = ("default", "linear", "llama3")  # RoPE types whose angles depend on position only
+# Chained positions the C++ call takes; longer feeds (a prompt's prefill) go through the modules,
+# whose SDPA beats the call's per-query attention there. `draft` after a 256-token cache, medians
+# alternating with a target step (2026-12-02): 1 / 2 / 5 / 16 / 32 / 64 positions 1.8 / 2.1 /
+# 2.3 / 5.3 / 8.7 / 15.8 ms in the call, 2.9 / 2.9 / 3.1 / 5.7 / 8.5 / 13.9 through the modules,
+# 3.6 / 3.8 / 3.7 / 6.6 / 9.3 / 15.6 in transformers' own forward.
+CHAIN_CALL_MAX = 16
 
 
 @dataclass
@@ -149,8 +157,8 @@ class LeanLlama:
         fed = input_ids.shape[1]
         positions = _positions(position_ids, cache.length, fed)
         cache.reserve(fed)
-        if fed == 1 and attention_mask is None and self.step is not None:
-            logits = self.step(int(input_ids[0, 0]), positions[0], cache)[None, None]
+        if attention_mask is None and self.step is not None and fed <= CHAIN_CALL_MAX:
+            logits = self.step(input_ids[0], positions, cache)[None]
         else:
             logits = self._modules_forward(input_ids, positions, attention_mask, cache)
         cache.length += fed
@@ -255,17 +263,22 @@ class _OneCallStep:
         return cls(lean, [m.packed_norm[0] for m in norm_mods],
                    [m.packed_weight for m in linears], eps.pop())  # fmt: skip
 
-    def __call__(self, token: int, position: int, cache: StaticKV) -> torch.Tensor:
-        """Logits (V) of one token at `position`; its key and value land at `cache.length`."""
-        cos, sin = self.lean.rope_table(position + 1)
-        cos, sin = cos[position], sin[position]
-        x0 = self.lean.inner.embed_tokens.weight[token].float().contiguous()
+    def __call__(self, tokens: torch.Tensor, positions: list[int], cache: StaticKV) -> torch.Tensor:
+        """Logits (T, V) of `tokens` (T,) at `positions`, each seeing the cache and the ones
+        before it; their keys and values land from `cache.length` on."""
+        cos, sin = self.lean.rope_table(max(positions) + 1)
+        if len(positions) == 1:
+            cos, sin = cos[positions[0]][None], sin[positions[0]][None]  # (1, d): views
+        else:
+            index = torch.tensor(positions)
+            cos, sin = cos[index], sin[index]
+        x0 = self.lean.inner.embed_tokens.weight[tokens].float()  # (T, D)
         logits = self.run(x0, cache.length, cos, sin, self.norms, self.packed, self.n_out,
                           cache.keys, cache.values, self.lean.heads, self.eps)  # fmt: skip
         if self.reduced is None:
             return logits
-        full = logits.new_full((self.vocab,), torch.finfo(logits.dtype).min)
-        return full.index_copy_(0, self.reduced, logits)
+        full = logits.new_full((len(positions), self.vocab), torch.finfo(logits.dtype).min)
+        return full.index_copy_(1, self.reduced, logits)
 
 
 def _linears(layer: Any) -> tuple[Any, ...]:

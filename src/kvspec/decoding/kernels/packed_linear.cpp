@@ -155,16 +155,17 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
   return out.view(x.sizes());
 }
 
-// One row through packed panels into out (ceil(N/16)*16 floats), as `linear` computes it.
-void linear_row(const float* x, const torch::Tensor& packed, float* out) {
+// M rows of x (M x K) through packed panels into out (M x ceil(N/16)*16), as `linear`
+// computes them (each row's sums in the same fixed order whatever M).
+void linear_rows(const float* x, int64_t M, const torch::Tensor& packed, float* out) {
   const int64_t K = packed.size(1), NP = packed.size(0);
-  std::fill(out, out + NP * 16, 0.0f);
+  std::fill(out, out + M * NP * 16, 0.0f);
   if (packed.scalar_type() == torch::kFloat) {
     const float* wp = packed.data_ptr<float>();
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, 1, K, wp, out, NP, a, b); });
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
   } else {
     const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, 1, K, wp, out, NP, a, b); });
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
   }
 }
 
@@ -206,72 +207,91 @@ inline void attend_one(const float* q, const float* keys, const float* values, i
 
 inline int64_t padded(const torch::Tensor& packed) { return packed.size(0) * 16; }
 
-// One decoding step of a plain Llama decoder (batch 1, one new position) in one call: the
-// token's embedding x0 (D) through every layer (RMSNorm, q/k/v, RoPE, grouped attention over
-// the cache plus this position, o; RMSNorm, SiLU-gated MLP; residuals), the final norm and the
-// output head. norms: 2 per layer, then the final one (weights as applied); packed: q, k, v, o,
-// gate, up, down per layer, then the head; keys/values (L, h_kv, capacity, d) get this
-// position's rotated key and value at index `len`, and attention reads rows 0..len.
+// T consecutive positions of a plain Llama decoder (batch 1) in one call: the tokens'
+// embeddings x0 (T x D) through every layer (RMSNorm, q/k/v, RoPE, grouped causal attention
+// over the cache and the positions before, o; RMSNorm, SiLU-gated MLP; residuals), the final
+// norm and the output head. norms: 2 per layer, then the final one (weights as applied);
+// packed: q, k, v, o, gate, up, down per layer, then the head; cos/sin (T x d) the positions'
+// rotary rows; keys/values (L, h_kv, capacity, d) get position t's rotated key and value at
+// index len + t, and its attention reads rows 0 .. len + t. Returns logits (T x n_out).
 torch::Tensor llama_step(const torch::Tensor& x0, int64_t len, const torch::Tensor& cos,
                          const torch::Tensor& sin, const std::vector<torch::Tensor>& norms,
                          const std::vector<torch::Tensor>& packed, int64_t n_out,
                          const torch::Tensor& keys, const torch::Tensor& values, int64_t heads,
                          double eps) {
   const int64_t L = keys.size(0), hkv = keys.size(1), cap = keys.size(2), d = keys.size(3);
-  const int64_t D = x0.numel();
+  TORCH_CHECK(x0.dim() == 2 && cos.dim() == 2 && sin.dim() == 2, "llama_step: 2-D x0, cos, sin");
+  const int64_t T = x0.size(0), D = x0.size(1);
   TORCH_CHECK(x0.scalar_type() == torch::kFloat && x0.is_contiguous() && keys.is_contiguous() &&
-                  values.is_contiguous() && keys.scalar_type() == torch::kFloat,
+                  values.is_contiguous() && keys.scalar_type() == torch::kFloat &&
+                  cos.is_contiguous() && sin.is_contiguous(),
               "llama_step: contiguous float32 CPU tensors");
   TORCH_CHECK(static_cast<int64_t>(norms.size()) == 2 * L + 1 &&
                   static_cast<int64_t>(packed.size()) == 7 * L + 1,
               "llama_step: 2 norms and 7 layers per decoder layer, then the final norm and head");
-  TORCH_CHECK(len < cap && heads % hkv == 0 && cos.numel() == d && sin.numel() == d,
+  TORCH_CHECK(len + T <= cap && heads % hkv == 0 && cos.size(0) == T && cos.size(1) == d &&
+                  sin.size(0) == T && sin.size(1) == d,
               "llama_step: cache full or shapes inconsistent");
   const int64_t group = heads / hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  std::vector<float> x(x0.data_ptr<float>(), x0.data_ptr<float>() + D), h(D);
-  std::vector<float> q(padded(packed[0])), k(padded(packed[1])), v(padded(packed[2]));
-  std::vector<float> att(heads * d), o(padded(packed[3]));
-  std::vector<float> gate(padded(packed[4])), up(padded(packed[5])), down(padded(packed[6]));
+  const int64_t nq = padded(packed[0]), nk = padded(packed[1]), nv = padded(packed[2]);
+  const int64_t no = padded(packed[3]), ng = padded(packed[4]), nd = padded(packed[6]);
+  std::vector<float> x(x0.data_ptr<float>(), x0.data_ptr<float>() + T * D), h(T * D);
+  std::vector<float> q(T * nq), k(T * nk), v(T * nv), att(T * heads * d), o(T * no);
+  std::vector<float> gate(T * ng), up(T * ng), down(T * nd);
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
   for (int64_t l = 0; l < L; ++l) {
     const torch::Tensor* w = packed.data() + 7 * l;
-    norm_row(x.data(), norms[2 * l].data_ptr<float>(), D, eps, h.data());
-    linear_row(h.data(), w[0], q.data());
-    linear_row(h.data(), w[1], k.data());
-    linear_row(h.data(), w[2], v.data());
+    for (int64_t t = 0; t < T; ++t)
+      norm_row(x.data() + t * D, norms[2 * l].data_ptr<float>(), D, eps, h.data() + t * D);
+    linear_rows(h.data(), T, w[0], q.data());
+    linear_rows(h.data(), T, w[1], k.data());
+    linear_rows(h.data(), T, w[2], v.data());
     float* kc = keys.data_ptr<float>() + l * hkv * cap * d;
     float* vc = values.data_ptr<float>() + l * hkv * cap * d;
-    for (int64_t g = 0; g < hkv; ++g) {
-      rotate(k.data() + g * d, cp, sp, d);
-      std::memcpy(kc + (g * cap + len) * d, k.data() + g * d, d * sizeof(float));
-      std::memcpy(vc + (g * cap + len) * d, v.data() + g * d, d * sizeof(float));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t g = 0; g < hkv; ++g) {
+        float* kt = k.data() + t * nk + g * d;
+        rotate(kt, cp + t * d, sp + t * d, d);
+        std::memcpy(kc + (g * cap + len + t) * d, kt, d * sizeof(float));
+        std::memcpy(vc + (g * cap + len + t) * d, v.data() + t * nv + g * d, d * sizeof(float));
+      }
     }
-    at::parallel_for(0, heads, 1, [&](int64_t a, int64_t b) {
-      std::vector<float> scores(len + 1);
-      for (int64_t hd = a; hd < b; ++hd) {
-        rotate(q.data() + hd * d, cp, sp, d);
-        const int64_t g = hd / group;
-        attend_one(q.data() + hd * d, kc + g * cap * d, vc + g * cap * d, len + 1, d, scale,
-                   scores.data(), att.data() + hd * d);
+    at::parallel_for(0, T * heads, 1, [&](int64_t a, int64_t b) {
+      std::vector<float> scores(len + T);
+      for (int64_t i = a; i < b; ++i) {
+        const int64_t t = i / heads, hd = i % heads, g = hd / group;
+        float* qt = q.data() + t * nq + hd * d;
+        rotate(qt, cp + t * d, sp + t * d, d);
+        attend_one(qt, kc + g * cap * d, vc + g * cap * d, len + t + 1, d, scale, scores.data(),
+                   att.data() + (t * heads + hd) * d);
       }
     });
-    linear_row(att.data(), w[3], o.data());
-    for (int64_t i = 0; i < D; ++i) x[i] += o[i];
-    norm_row(x.data(), norms[2 * l + 1].data_ptr<float>(), D, eps, h.data());
-    linear_row(h.data(), w[4], gate.data());
-    linear_row(h.data(), w[5], up.data());
+    linear_rows(att.data(), T, w[3], o.data());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < D; ++i) x[t * D + i] += o[t * no + i];
+    for (int64_t t = 0; t < T; ++t)
+      norm_row(x.data() + t * D, norms[2 * l + 1].data_ptr<float>(), D, eps, h.data() + t * D);
+    linear_rows(h.data(), T, w[4], gate.data());
+    linear_rows(h.data(), T, w[5], up.data());
     const int64_t inter = w[6].size(1);
-    for (int64_t i = 0; i < inter; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-    linear_row(gate.data(), w[6], down.data());
-    for (int64_t i = 0; i < D; ++i) x[i] += down[i];
+    std::vector<float> act(T * inter);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < inter; ++i) {
+        const float a = gate[t * ng + i];
+        act[t * inter + i] = a / (1.0f + std::exp(-a)) * up[t * ng + i];
+      }
+    linear_rows(act.data(), T, w[6], down.data());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < D; ++i) x[t * D + i] += down[t * nd + i];
   }
-  norm_row(x.data(), norms[2 * L].data_ptr<float>(), D, eps, h.data());
+  for (int64_t t = 0; t < T; ++t)
+    norm_row(x.data() + t * D, norms[2 * L].data_ptr<float>(), D, eps, h.data() + t * D);
   const torch::Tensor& head = packed[7 * L];
-  auto logits = torch::empty({padded(head)}, x0.options());
-  linear_row(h.data(), head, logits.data_ptr<float>());
-  return logits.narrow(0, 0, n_out).contiguous();
+  auto logits = torch::empty({T, padded(head)}, x0.options());
+  linear_rows(h.data(), T, head, logits.data_ptr<float>());
+  return logits.narrow(1, 0, n_out).contiguous();
 }
 
 // Was this build's at::parallel_for compiled for OpenMP (PyTorch's CPU thread pool on Linux)?
@@ -289,5 +309,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &pack, "W (N x K) -> panels (ceil(N/16) x K x 16)");
   m.def("rms_norm", &rms_norm, "RMSNorm over the last dim, fixed summation order");
   m.def("linear", &linear, "x W^T through packed panels, float32 sums, batch invariant");
-  m.def("llama_step", &llama_step, "one decoding step of a plain Llama decoder, one call");
+  m.def("llama_step", &llama_step, "T chained positions of a plain Llama decoder, one call");
 }
