@@ -160,3 +160,22 @@ def test_a_static_cache_crops_as_transformers_cache() -> None:
     assert cache.length == 1
     cache.reserve(20)
     assert cache.keys.shape == (2, 2, 32, 4)
+
+
+def test_the_one_call_step_refuses_weights_that_do_not_fit() -> None:
+    """The C++ call checks every width it reads before touching memory."""
+    model = pack_linears(tiny_llama(2, vocab=VOCAB, layers=2, double=False), "packed")
+    step = lean_forward(model).step
+    cache = lean_forward(model).new_cache()
+    cos, sin = lean_forward(model).rope_table(1)
+    x0 = model.model.embed_tokens.weight[:1].contiguous()
+    args = (x0, 0, cos[:1].contiguous(), sin[:1].contiguous())
+    tail = (step.n_out, cache.keys, cache.values, 4, step.eps)
+    swapped = [*step.packed]
+    swapped[0], swapped[6] = swapped[6], swapped[0]  # q and down: other widths
+    with pytest.raises(RuntimeError, match="do not fit|differs"):
+        step.run(*args, step.norms, swapped, *tail)
+    with pytest.raises(RuntimeError, match="norm"):
+        step.run(*args, [step.norms[0][:-1], *step.norms[1:]], step.packed, *tail)
+    with pytest.raises(RuntimeError, match="2 norms"):
+        step.run(*args, step.norms[:-1], step.packed, *tail)

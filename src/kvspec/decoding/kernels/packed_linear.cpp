@@ -232,6 +232,23 @@ torch::Tensor llama_step(const torch::Tensor& x0, int64_t len, const torch::Tens
   TORCH_CHECK(len + T <= cap && heads % hkv == 0 && cos.size(0) == T && cos.size(1) == d &&
                   sin.size(0) == T && sin.size(1) == d,
               "llama_step: cache full or shapes inconsistent");
+  for (int64_t l = 0; l <= L; ++l) {  // every product reads the widths it is given
+    TORCH_CHECK(norms[std::min(2 * l, 2 * L)].numel() == D, "llama_step: a norm's width != ", D);
+    if (l == L) break;
+    const torch::Tensor* w = packed.data() + 7 * l;
+    for (int i = 0; i < 7; ++i)  // the buffers below are sized from layer 0
+      TORCH_CHECK(w[i].sizes() == packed[i].sizes(), "llama_step: layer ", l, " differs from 0");
+    const int64_t inter = w[6].size(1);
+    TORCH_CHECK(w[0].size(1) == D && w[1].size(1) == D && w[2].size(1) == D &&
+                    w[4].size(1) == D && w[5].size(1) == D && w[3].size(1) == heads * d &&
+                    padded(w[0]) >= heads * d && padded(w[1]) >= hkv * d &&
+                    padded(w[2]) >= hkv * d && padded(w[3]) >= D && padded(w[6]) >= D &&
+                    padded(w[4]) >= inter && w[5].sizes() == w[4].sizes() &&
+                    norms[2 * l + 1].numel() == D,
+                "llama_step: layer ", l, "'s weights do not fit its widths");
+  }
+  TORCH_CHECK(packed[7 * L].size(1) == D && padded(packed[7 * L]) >= n_out,
+              "llama_step: the head's width != ", D);
   const int64_t group = heads / hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t nq = padded(packed[0]), nk = padded(packed[1]), nv = padded(packed[2]);
