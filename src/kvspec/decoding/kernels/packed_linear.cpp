@@ -100,6 +100,20 @@ torch::Tensor pack(const torch::Tensor& weight) {
   return padded.view({NP, 16, K}).transpose(1, 2).contiguous();
 }
 
+// M rows of x (M x K) through packed panels into out (M x ceil(N/16)*16), each row's sums
+// in one fixed order whatever M (the one product `linear` and `llama_step` both call).
+void linear_rows(const float* x, int64_t M, const torch::Tensor& packed, float* out) {
+  const int64_t K = packed.size(1), NP = packed.size(0);
+  std::fill(out, out + M * NP * 16, 0.0f);
+  if (packed.scalar_type() == torch::kFloat) {
+    const float* wp = packed.data_ptr<float>();
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
+  } else {
+    const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
+  }
+}
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_t N) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat && x.device().is_cpu(),
               "packed linear: float32 CPU inputs, got ", x.scalar_type(), " on ", x.device());
@@ -109,16 +123,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   TORCH_CHECK(x.size(-1) == K, "packed linear: input width ", x.size(-1), " != ", K);
   auto x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
-  auto out = torch::zeros({M, NP * 16}, x2.options());
-  const float* xp = x2.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  if (packed.scalar_type() == torch::kFloat) {
-    const float* wp = packed.data_ptr<float>();
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(xp, M, K, wp, op, NP, a, b); });
-  } else {
-    const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(xp, M, K, wp, op, NP, a, b); });
-  }
+  auto out = torch::empty({M, NP * 16}, x2.options());
+  linear_rows(x2.data_ptr<float>(), M, packed, out.data_ptr<float>());
   auto shape = x.sizes().vec();
   shape.back() = N;
   return (NP * 16 == N ? out : out.narrow(1, 0, N).contiguous()).view(shape);
@@ -153,20 +159,6 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
   float* op = out.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) norm_row(xp + m * K, wp, K, eps, op + m * K);
   return out.view(x.sizes());
-}
-
-// M rows of x (M x K) through packed panels into out (M x ceil(N/16)*16), as `linear`
-// computes them (each row's sums in the same fixed order whatever M).
-void linear_rows(const float* x, int64_t M, const torch::Tensor& packed, float* out) {
-  const int64_t K = packed.size(1), NP = packed.size(0);
-  std::fill(out, out + M * NP * 16, 0.0f);
-  if (packed.scalar_type() == torch::kFloat) {
-    const float* wp = packed.data_ptr<float>();
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
-  } else {
-    const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
-  }
 }
 
 // transformers' rotary embedding of one head vector in place: x * cos + rotate_half(x) * sin,
