@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.ngram.replay_cli import _changed, _humaneval, _variant
+from kvspec.ngram.replay_cli import _changed, _humaneval, _variant, held_out_span
 
 
 def test_decode_changes_are_dotted_keys_with_yaml_values():
@@ -33,3 +33,10 @@ def test_humaneval_span_is_checked():
     for bad in ("5", "4:2", "a:b"):
         with pytest.raises(SystemExit, match="a:b"):
             _humaneval(None, None, "", bad, {}, 128)
+
+
+def test_default_span_leaves_out_the_benchmarked_problems():
+    """Knobs are replayed on HumanEval problems Table 4.7 does not time."""
+    assert held_out_span(10) == "10:40"
+    assert held_out_span(3, end=20) == "3:20"
+    assert held_out_span(164) == ""  # paper scale: the benchmark takes every problem

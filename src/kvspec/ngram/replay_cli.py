@@ -1,13 +1,14 @@
 """Score n-gram drafting policies on held-out prompts by replaying the target's greedy outputs.
 
-    python -m kvspec.ngram.replay_cli [--config config/config.yaml] [--humaneval 3:40]
+    python -m kvspec.ngram.replay_cli [--config config/config.yaml] [--humaneval 10:40]
         [--splits general python alpaca] [--methods sd_hybrid_target sd_suffix_decoding]
         [--variant "before: adaptive.k=8 adaptive.local=prompt_lookup" "config:"]
 
 Run in a finished workflow directory (it reads the speed jobs' inputs under `results/`: the
 target, its indexes and acceptance rows, the suffix-tree build). Greedy outputs come from the
 held-out target responses the workflow recorded (`--splits`) and from HumanEval prompts
-decoded here (`--humaneval a:b`; the Table 4.7 benchmark uses the first three). The
+decoded here (`--humaneval a:b`; by default the problems after the Table 4.7 benchmark's
+`spec.speed.sets.humaneval.n`, up to 40, so knobs are chosen on problems it does not time). The
 verification cost of 1 … k + 1 positions is measured once on the target, then every method
 is replayed (`kvspec.ngram.replay`) with each variant of the config's `spec.decode` block:
 `--variant "label: key=value key=value"` (no changes: the config itself), all against the
@@ -56,7 +57,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--config", type=Path, default=REPO / "config/config.yaml")
     ap.add_argument("--model", default="target")
-    ap.add_argument("--humaneval", default="3:40", help="HumanEval prompts a:b decoded here")
+    ap.add_argument(
+        "--humaneval",
+        default=None,
+        help="HumanEval prompts a:b decoded here (default: the benchmark's n to 40)",
+    )
     ap.add_argument("--splits", nargs="*", default=["general", "python", "alpaca"])
     ap.add_argument("--methods", nargs="+", default=["sd_hybrid_target", "sd_suffix_decoding"])
     ap.add_argument(
@@ -75,8 +80,9 @@ def main(argv: list[str] | None = None) -> None:
                 for label, changes in map(_variant, args.variant)}  # fmt: skip
     sets = _held_out(inputs["responses"], args.splits)
     new_tokens = config["spec"]["speed"]["max_new_tokens"]
-    humaneval = _humaneval(target, tokenizer, inputs["prompts"], args.humaneval,
-                           plan.bench_set("humaneval"), new_tokens)  # fmt: skip
+    bench = plan.bench_set("humaneval")
+    span = held_out_span(bench["n"]) if args.humaneval is None else args.humaneval
+    humaneval = _humaneval(target, tokenizer, inputs["prompts"], span, bench, new_tokens)
     sets = {**humaneval, **sets}
     sets = {name: runs for name, runs in sets.items() if runs}
     if not sets:
@@ -142,6 +148,12 @@ def _held_out(responses: str, splits: list[str]) -> dict[str, Runs]:
         if r["split"] in sets and r["response_ids"]:
             sets[r["split"]].append((list(r["prompt_ids"]), list(r["response_ids"])))
     return sets
+
+
+def held_out_span(benchmarked: int, end: int = 40) -> str:
+    """The default `--humaneval` span: the problems after the `benchmarked` ones Table 4.7
+    times, up to `end` ("" when the benchmark already takes them all)."""
+    return f"{benchmarked}:{end}" if benchmarked < end else ""
 
 
 def _humaneval(
