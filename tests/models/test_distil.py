@@ -230,6 +230,31 @@ def test_a_few_steps_reduce_the_loss(teacher, seqs) -> None:
     assert curve[-1]["tokens"] > curve[0]["tokens"] > 0
 
 
+def test_bfloat16_training_learns_like_float32_and_keeps_float32_weights(teacher, seqs) -> None:
+    """Training under bfloat16 autocast (train.dtype) moves the weights differently from
+    float32 (the forward did run in bfloat16), keeps weights in float32 and learns as well;
+    validation runs in float32 in both."""
+    runs = {d: _train(teacher, seqs, spec(steps=40, eval_every=10, dtype=d))
+            for d in ("float32", "bfloat16")}  # fmt: skip
+    (s32, c32), (s16, c16) = runs["float32"], runs["bfloat16"]
+    assert all(p.dtype == torch.float32 for p in s16.parameters())
+    assert not torch.equal(s16.model.layers[0].mlp.up_proj.weight,
+                           s32.model.layers[0].mlp.up_proj.weight)  # fmt: skip
+    assert c16[-1]["val_ce"] < c16[0]["val_ce"] - 0.3
+    assert c16[-1]["val_ce"] == pytest.approx(c32[-1]["val_ce"], rel=0.1)
+    with pytest.raises(ValueError, match="compute dtype"):
+        _train(teacher, seqs, spec(steps=1, dtype="float16"))
+
+
+def test_distil_model_resolves_the_training_dtype(teacher, records, monkeypatch) -> None:
+    """`auto` becomes bfloat16 where the CPU computes it natively, float32 elsewhere, and the
+    stats record which one trained."""
+    decl = {**DECL, "train": {**DECL["train"], "beta": 0.0, "steps": 2, "dtype": "auto"}}
+    for native, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr("kvspec.models.load.native_bfloat16", lambda device, n=native: n)
+        assert distil.distil_model(teacher, records, decl, seed=0)[2]["train_dtype"] == want
+
+
 def _weights(model) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 

@@ -75,6 +75,26 @@ def test_training_over_a_readout_raises_agreement_with_the_target(kind) -> None:
     assert end[-1]["val_match"] > start[0]["val_match"] + 0.1
 
 
+@pytest.mark.parametrize("kind", ["moa", "eagle"])
+def test_bfloat16_training_learns_and_keeps_float32_weights(kind) -> None:
+    """Under bfloat16 autocast (train.dtype) the head learns as in float32, its weights stay
+    float32, and they end elsewhere (the forward did run in bfloat16)."""
+    target = tree_llama(0, layers=3).float()  # autocast leaves float64 products alone
+    seqs = _sequences(target, 12)
+    heads, curves = {}, {}
+    for dtype in ("float32", "bfloat16"):
+        spec = DistilSpec(steps=40, batch_size=2, lr=5e-3, warmup_steps=2, eval_every=40,
+                          seed=0, dtype=dtype)  # fmt: skip
+        heads[dtype] = _head(kind, target)
+        curves[dtype] = train_head(kind, heads[dtype], target, seqs[:10], seqs[10:], spec,
+                                   HeadLoss(), _states(target))  # fmt: skip
+    assert all(p.dtype == torch.float32 for p in heads["bfloat16"].parameters())
+    params = [dict(h.named_parameters()) for h in heads.values()]
+    assert any(not torch.equal(p, params[1][n]) for n, p in params[0].items())
+    got, want = curves["bfloat16"][-1]["val_loss"], curves["float32"][-1]["val_loss"]
+    assert got == pytest.approx(want, rel=0.1)
+
+
 def test_resumed_training_equals_uninterrupted(tmp_path) -> None:
     """A full run leaves its step-4 checkpoint behind (as a killed run would); a rerun from
     it continues at step 4 and ends with the uninterrupted run's weights."""

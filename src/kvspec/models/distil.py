@@ -27,8 +27,7 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from collections.abc import Sequence as Sequence_
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ from kvspec.models.draft_vocab import (
     reduced_head,
     vocabulary_of,
 )
-from kvspec.models.load import resolve_dtype
+from kvspec.models.load import compute_dtype, resolve_dtype
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.models.packing import Batch, make_batch
 from kvspec.provenance import config_hash
@@ -74,6 +73,7 @@ class DistilSpec:
     train_head: bool = False
     eval_every: int = 50
     ckpt_every: int = 50
+    dtype: str = "float32"  # the student's training forward: float32, bfloat16 (autocast), auto
     seed: int = 0
 
     @classmethod
@@ -280,7 +280,7 @@ def teacher_targets(
     chunks = [ordered[i : i + batch_size] for i in range(0, len(ordered), batch_size)]
     for chunk in tqdm(chunks, desc="teacher", unit="batch", mininterval=10):
         batch = make_batch(chunk, pad_id).to(teacher.device)
-        with _compute_dtype(teacher.device, dtype):
+        with compute_dtype(teacher.device, dtype):
             logits = output_logits(teacher, batch)
         logits = logits.float()  # (N, V)
         hits += int((logits.argmax(-1) == batch.labels).sum())
@@ -289,15 +289,6 @@ def teacher_targets(
         for s, rows in zip(chunk, _split_rows(top, chunk), strict=True):
             out[s.id] = rows
     return out, hits / max(1, total)
-
-
-def _compute_dtype(device: torch.device, dtype: str) -> AbstractContextManager[Any]:
-    """bfloat16 autocast on `device` for "bfloat16"; nothing for "float32"."""
-    if dtype == "float32":
-        return nullcontext()
-    if dtype != "bfloat16":
-        raise ValueError(f"teacher dtype must be float32 or bfloat16, got {dtype!r}")
-    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def output_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
@@ -483,7 +474,8 @@ def distil_train(
         chunk = [train[i] for i in batch_indices(len(train), spec, step)]
         batch = make_batch(chunk, pad_id).to(student.device)
         tgt = batch_targets(targets, chunk, student.device) if targets is not None else None
-        loss, ce, kd = distil_loss(student, batch, tgt, spec)
+        with compute_dtype(student.device, spec.dtype):  # weights, grads, AdamW stay float32
+            loss, ce, kd = distil_loss(student, batch, tgt, spec)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), spec.grad_clip)
@@ -554,6 +546,7 @@ def distil_model(
     from kvspec.models.build import count_parameters
 
     data, spec = decl["data"], DistilSpec.from_config(decl["train"], seed)
+    spec = replace(spec, dtype=resolve_dtype(spec.dtype, teacher.device.type))
     seqs = distil_sequences(records, max_len=data["max_len"], prompt_loss=data["prompt_loss"])
     train, val = split_sequences(seqs, data["val_fraction"], seed)
     corpus = without_prompts(corpus or [], val)
@@ -594,6 +587,7 @@ def distil_model(
         "final": {k: v for k, v in last.items() if k.startswith(("train_", "val_"))},
         "teacher_seconds": teacher_seconds,
         "teacher_dtype": teacher_dtype,
+        "train_dtype": spec.dtype,
         "train_seconds_this_run": time.perf_counter() - t0,
     }
     return student.eval(), curve, stats

@@ -6,6 +6,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,16 @@ def resolve_dtype(dtype: str, device: str) -> str:
     if dtype != "auto":
         return dtype
     return "bfloat16" if native_bfloat16(device) else "float32"
+
+
+def compute_dtype(device: torch.device | str, dtype: str) -> AbstractContextManager[Any]:
+    """bfloat16 autocast on `device` for "bfloat16" (the weights stay as they are); nothing for
+    "float32"."""
+    if dtype == "float32":
+        return nullcontext()
+    if dtype != "bfloat16":
+        raise ValueError(f"compute dtype must be float32 or bfloat16, got {dtype!r}")
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
 
 
 def use_threads(threads: int | None) -> None:

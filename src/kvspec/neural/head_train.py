@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from kvspec.devices import input_device, param_device
 from kvspec.models.distil import DistilSpec, Sequence, batch_indices, lr_at
+from kvspec.models.load import compute_dtype
 from kvspec.models.optim import adamw, load_state, save_state
 from kvspec.models.parallel import rank_and_world
 from kvspec.neural.target_states import Readout, TargetStates
@@ -125,7 +126,9 @@ def train_head(kind: str, head: nn.Module, target: nn.Module, train: list[Sequen
         for at in range(rank, len(chunk), world):  # this process's share of the step
             seq = train[chunk[at]]
             rng = python_random(spec.seed, "periods", step, at)  # MoA's periods
-            loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states, readout)
+            with compute_dtype(param_device(head), spec.dtype):  # weights, AdamW: float32
+                loss, parts = sequence_loss(kind, head, target, seq, rng, weights, states,
+                                            readout)  # fmt: skip
             (loss / len(chunk)).backward()
             sums = {k: sums.get(k, 0.0) + v for k, v in parts.items()}
         parts = _step_means(head, sums, len(chunk), world)

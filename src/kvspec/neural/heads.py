@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
         teacher_order,
     )
     from kvspec.models.draft_vocab import vocabulary_of
-    from kvspec.models.load import load_model, use_threads
+    from kvspec.models.load import load_model, resolve_dtype, use_threads
     from kvspec.models.parallel import rank_and_world
     from kvspec.neural.head_train import (
         HeadLoss,
@@ -154,8 +155,9 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
     order = teacher_order(target, train_seqs, None)  # by count in the training responses
     readout = vocabulary_of(target, order, data.get("vocab"))
     t0 = time.perf_counter()
-    curve = train_head(drafter["kind"], head, target, train_seqs, val,
-                       DistilSpec.from_config(train, seed), weights, cache.get,
+    spec = DistilSpec.from_config(train, seed)
+    spec = replace(spec, dtype=resolve_dtype(spec.dtype, torch.device(device).type))
+    curve = train_head(drafter["kind"], head, target, train_seqs, val, spec, weights, cache.get,
                        f"{out}.ckpt", readout=target_readout(target, readout))  # fmt: skip
     trainable, layer = trainable_parameters(head), decoder_layer_parameters(target)
     stats = {
@@ -166,6 +168,7 @@ def _train_and_save(inputs: Mapping[str, str], out: str, drafter: Mapping[str, A
         "sequences": {"train": len(train_seqs), "val": len(val)},
         "tokens_seen": curve[-1]["tokens"] if curve else 0,
         "processes": world,  # data-parallel processes that trained it
+        "train_dtype": spec.dtype,
         "train_seconds_this_run": time.perf_counter() - t0,
         "state_cache": {
             "stored": cache.dir is not None,
