@@ -83,6 +83,27 @@ def test_timing_ratios_beside_the_papers(tmp_path: Path) -> None:
     assert "2.8 (up to, 4.2.1)" in df.loc["latency_reduction_x", "paper"]
 
 
+def test_timed_variants_get_their_own_labelled_rows(tmp_path: Path) -> None:
+    row = {"s_per_token_std": 0.01, "latency_s": 1.0}
+    summary = {"classical": {**row, "s_per_token_mean": 0.2, "tok_s": 5.0},
+               "sd_A": {**row, "s_per_token_mean": 0.25, "tok_s": 4.0},
+               "sd_A_cut": {**row, "s_per_token_mean": 0.16, "tok_s": 6.0}}  # fmt: skip
+    settings = {"runs": 2, "problems": 1, "max_new_tokens": 8, "temperature": 0.7, "top_p": 0.95}
+    methods = {"sd_A_cut": {"kind": "sd", "draft": "d", "k": 5, "stop_below": 0.5}}
+    write_json(tmp_path / "t.json", {"summary": summary, "settings": settings, "methods": methods})
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    item = {"figure": 5, "experiment": "A", "methods": ["classical", "sd_A", "sd_A_cut"],
+            "target": "t"}  # fmt: skip
+    rs.timing_experiment(item, {"result": [str(tmp_path / "t.json")], "paper": [PAPER]}, out)
+    df = pd.read_csv(out["csv"]).set_index("metric")
+    assert float(df.loc["latency_reduction_x", "ours"]) == pytest.approx(0.8)  # the document's
+    variant = "latency_reduction_x, sd_A_cut (our variant)"
+    assert float(df.loc[variant, "ours"]) == pytest.approx(1.25)
+    assert float(df.loc["throughput_gain_x, sd_A_cut (our variant)", "ours"]) == pytest.approx(1.2)
+    assert df.loc[variant, "paper"] != df.loc[variant, "paper"]  # empty: no paper number
+    assert "below 0.5" in Path(out["md"]).read_text()
+
+
 def test_notes_name_the_chosen_problems() -> None:
     from kvspec.report.sampling import _which_problems
 

@@ -102,6 +102,11 @@ def _config(schema: dict) -> dict:
             "sampling.experiments.A.classical",
         ),
         (lambda s: s["sweep"].update(method="classical"), "sampling.sweep.method"),
+        (
+            lambda s: s["methods"]["three_model"].update(stop_below=0.5),
+            "sampling.methods.three_model.stop_below",
+        ),
+        (lambda s: s["timing"]["methods"].remove("sd_B_cut"), "sampling.experiments.B"),
     ],
 )
 def test_bad_sampling_config_names_the_key(schema, edit, key: str) -> None:
@@ -171,6 +176,21 @@ def test_make_sampler_follows_the_warped_target_law_of_three_tokens(sharp_models
     counts = _draw(make_sampler(kind, sharp_models, settings), 2000)
     p = _pvalue(counts, _law3(sharp_models["target"]))
     assert (p > 1e-3) if exact else (p < 1e-6), p
+
+
+def test_a_draft_cut_by_its_own_probability_keeps_the_target_law(sharp_models):
+    """sd with `stop_below` (Figures 5 / 7's timed variants): drafts end after a token the
+    draft drew with probability below the cut-off, so steps draft fewer tokens, and the three
+    tokens still follow the target's law."""
+    full = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=3)
+    cut = Settings(3, temperature=TEMPERATURE, top_p=TOP_P, k=3, stop_below=0.6)
+    drafted = {name: sum(make_sampler("sd", sharp_models, s)(PROMPT, derive(7, "n", c)).drafted
+                         for c in range(50))
+               for name, s in (("full", full), ("cut", cut))}  # fmt: skip
+    assert drafted["cut"] < 0.9 * drafted["full"], drafted
+    counts = _draw(make_sampler("sd", sharp_models, cut), 2000)
+    p = _pvalue(counts, _law3(sharp_models["target"]))
+    assert p > 1e-3, p
 
 
 @pytest.mark.parametrize("kind", ["sd", "three_model"])

@@ -43,3 +43,6 @@ def test_figures_rendered(ci_run: Path) -> None:
     fig8 = pd.read_csv(report / "specdec_qwen_figure_8.csv")
     assert {"classical", "sd_B", "sd_B_printed"} == set(fig8["method"])
     assert {"ci_low", "ci_high", "p_value", "drop_% (paper)"} <= set(fig8.columns)
+    fig7 = pd.read_csv(report / "specdec_qwen_figure_7.csv").set_index("metric")
+    assert float(fig7.loc["latency_reduction_x, sd_B_cut (our variant)", "ours"]) > 0  # timed
+    assert "sd_B_cut" not in set(fig8["method"])  # a timed-only variant: not in pass@k

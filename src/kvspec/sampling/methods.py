@@ -46,6 +46,7 @@ class Settings:
     temperature: float = 1.0
     top_p: float = 1.0
     k: int = 3  # draft tokens per step (sd)
+    stop_below: float = 0.0  # sd: end a draft after a token drawn with less probability
     k_d: int = 5  # three-model: draft tokens per intermediary cycle
     k_i: int = 3  # three-model: intermediary cycles per target verification
     greedy: bool = False
@@ -65,7 +66,8 @@ def make_sampler(kind: str, models: Mapping[str, torch.nn.Module], s: Settings) 
         return lambda prompt, seed: _speculative(
             models["target"], prompt, seed, s, s.k, verifier,
             DraftModelDrafter(models["draft"], sample=not s.greedy, temperature=s.temperature,
-                              top_p=s.top_p, seed=derive(seed, "draft")),
+                              top_p=s.top_p, seed=derive(seed, "draft"),
+                              stop_below=s.stop_below),
         )  # fmt: skip
     if kind == "three_model":
 

@@ -24,6 +24,8 @@ def check_sampling(config: Mapping[str, Any]) -> None:
     for name, m in s["methods"].items():
         for field in NEEDS[m["kind"]]:
             _need(field in m, f"sampling.methods.{name}", f"a {m['kind']} method needs {field}")
+        cut_ok = "stop_below" not in m or m["kind"] in ("sd", "sd_printed")
+        _need(cut_ok, f"sampling.methods.{name}.stop_below", "only sd / sd_printed drafts are cut")
         for role in ("target", "draft", "mid"):
             if role in m:
                 _need(m[role] in models, f"sampling.methods.{name}.{role}",
@@ -37,8 +39,9 @@ def check_sampling(config: Mapping[str, Any]) -> None:
     _subset(s["printed"], runs["humaneval"], "printed", "humaneval")
     _subset(s["figure_10"], runs["timing"], "figure_10", "timing")
     for exp, pair in s["experiments"].items():
-        _subset(list(pair.values()), runs["humaneval"], f"experiments.{exp}", "humaneval")
-        _subset(list(pair.values()), runs["timing"], f"experiments.{exp}", "timing")
+        both = [pair["classical"], pair["speculative"]]
+        _subset(both, runs["humaneval"], f"experiments.{exp}", "humaneval")
+        _subset([*both, *pair.get("variants", [])], runs["timing"], f"experiments.{exp}", "timing")
         kind = s["methods"].get(pair["classical"], {}).get("kind")
         _need(kind == "classical", f"sampling.experiments.{exp}.classical",
               f"{pair['classical']!r} is not a classical method")  # fmt: skip

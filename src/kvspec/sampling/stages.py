@@ -116,8 +116,9 @@ def tokenizer_of(model_dir: str) -> Any:
 
 def _settings(common: Mapping[str, Any], method: Mapping[str, Any], stops: Sequence[int],
               greedy: bool = False) -> Settings:  # fmt: skip
-    """Decoding settings of one method: the stage's sampling settings, the method's depths."""
-    depths = {k: method[k] for k in ("k", "k_d", "k_i") if k in method}
+    """Decoding settings of one method: the stage's sampling settings, the method's depths
+    and draft cut-off."""
+    depths = {k: method[k] for k in ("k", "k_d", "k_i", "stop_below") if k in method}
     return Settings(
         common["max_new_tokens"],
         common.get("temperature", 1.0),
