@@ -124,7 +124,7 @@ class SamplingPlan:
         exp = "A" if number in (5, 6) else "B"
         pair = [exps[exp]["classical"], exps[exp]["speculative"]]
         if number in (5, 7):
-            timed = [*pair, *exps[exp].get("variants", [])]
+            timed = [*pair, *exps[exp]["variants"]]
             return {"result": [paths.SAMPLING_TIMING]}, {"experiment": exp, "methods": timed}
         if number in (6, 8):
             names = [*pair, *(s["printed"] if exp == "B" else [])]

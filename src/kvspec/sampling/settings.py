@@ -41,7 +41,7 @@ def check_sampling(config: Mapping[str, Any]) -> None:
     for exp, pair in s["experiments"].items():
         both = [pair["classical"], pair["speculative"]]
         _subset(both, runs["humaneval"], f"experiments.{exp}", "humaneval")
-        _subset([*both, *pair.get("variants", [])], runs["timing"], f"experiments.{exp}", "timing")
+        _subset([*both, *pair["variants"]], runs["timing"], f"experiments.{exp}", "timing")
         kind = s["methods"].get(pair["classical"], {}).get("kind")
         _need(kind == "classical", f"sampling.experiments.{exp}.classical",
               f"{pair['classical']!r} is not a classical method")  # fmt: skip
