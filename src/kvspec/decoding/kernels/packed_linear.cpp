@@ -54,7 +54,7 @@ inline void tile(const float* x, int64_t K, const W* w, float* out, int64_t NP, 
 // Tiles of MB rows x NB panels; a verification's 7-9 positions as one tile of MX rows x NW
 // panels, longer inputs as tiles of MW rows x NW panels (2026-12-03: one pass over the weights
 // instead of a second from cache made verifying 7 / 8 / 9 positions 1.39 / 1.41 / 1.45 ->
-// 1.26 / 1.29 / 1.32 one-position steps; no M got slower).
+// 1.26 / 1.29 / 1.32 one-position steps; 1-6 and 10-12 rows within +-0.05).
 #ifdef __AVX512F__
 constexpr int NB = 4, MB = 6;  // 24 accumulators + 4 weight vectors of AVX-512's 32 registers
 constexpr int NW = 3, MX = 9, MW = 8;  // 27 (24) accumulators + 3 weight vectors + 1 broadcast
@@ -63,7 +63,7 @@ constexpr int NB = 2, MB = 3;  // AVX2: a 16-float vector takes two of its 16 re
 constexpr int NW = 1, MX = 6, MW = 6;  // 12 + 2 registers, + 1 broadcast
 #endif
 
-// The last `left` (< MB) rows from m0, as one tile of exactly that many rows.
+// The last `left` (< the tile's rows) rows from m0, as one tile of exactly that many rows.
 template <int N_B, int R, typename W>
 inline void rest(const float* x, int64_t left, int64_t K, const W* w, float* out, int64_t NP,
                  int64_t m0, int64_t p0) {
