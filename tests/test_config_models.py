@@ -125,6 +125,7 @@ def test_distilled_draft_validates_with_defaults(distil_config: dict, schema: di
                                        "teacher_dtype": "float32",
                                        "corpus": [], "corpus_limit": 0}  # fmt: skip
     assert draft["distil"]["vocab"] is None and draft["distil"]["layers"] is None
+    assert draft["distil"]["calibrate"] is None
     assert kv_width(filled, "draft") == 2 * 64
 
 
@@ -169,6 +170,10 @@ def test_teacher_may_not_be_distilled_from_its_student(distil_config: dict, sche
         ({"layers": [0, 1]}, r"distil\.layers': give the teacher's layers"),
         ({"data": {"corpus": ["humaneval"]}}, r"distil\.data\.corpus': 'humaneval' is not an"),
         ({"data": {"corpus": ["nope"]}}, r"distil\.data\.corpus': 'nope' is not an"),
+        (
+            {"calibrate": [0.8], "train": {**DISTIL["train"], "beta": 0.0}},
+            r"distil\.calibrate': fitting a temperature needs",
+        ),
     ],
 )
 def test_bad_draft_shape_is_refused(distil_config: dict, schema: dict, edit, match) -> None:
@@ -190,6 +195,7 @@ def test_distil_needs_the_spec_block(distil_config: dict, schema: dict) -> None:
         (("train", "beta"), -1, "models.draft.distil.train.beta"),
         (("train", "seq_len"), 64, "models.draft.distil.train.seq_len"),  # not a distil key
         (("init",), "svd", "models.draft.distil.init"),
+        (("calibrate",), [0.0], "models.draft.distil.calibrate.0"),
         (("arch", "family"), "gpt2", "models.draft.distil.arch.family"),
         (("data", "val_fraction"), 0.9, "models.draft.distil.data.val_fraction"),
     ],

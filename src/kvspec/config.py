@@ -224,10 +224,15 @@ def check_distil(config: Mapping[str, Any]) -> None:
 
 
 def _check_distil_shape(config: Mapping[str, Any], name: str, distil: Mapping[str, Any]) -> None:
-    """init target names its layers; corpus datasets are instruction datasets of the config."""
+    """init target names its layers; corpus datasets are instruction datasets of the config;
+    calibration has the teacher's targets to fit on."""
     key = f"config key 'models.{name}.distil"
     if (distil.get("init") == "target") != bool(distil.get("layers")):
         raise ConfigError(f"{key}.layers': give the teacher's layers exactly with init: target")
+    data, train = distil.get("data", {}), distil.get("train", {})
+    if distil.get("calibrate") and not (train.get("beta", 1.0) > 0 or data.get("corpus")):
+        raise ConfigError(f"{key}.calibrate': fitting a temperature needs the teacher's "
+                          "targets: train.beta > 0 or a data.corpus")  # fmt: skip
     datasets = config["data"]["datasets"]
     for dataset in distil.get("data", {}).get("corpus", []):
         if datasets.get(dataset, {}).get("kind") != "instruction":

@@ -29,10 +29,8 @@ from kvspec.models.distil import (
     topk_kl,
 )
 
-from ..tiny import tiny_llama
+from .distil_data import HELD_OUT_TOKEN, VOCAB
 
-VOCAB = 48
-HELD_OUT_TOKEN = VOCAB - 1  # appears only in held-out prompts
 ARCH = {"family": "llama", "hidden": 16, "intermediate": 32, "layers": 1, "heads": 2,
         "kv_heads": 1, "max_position": 64, "tie_embeddings": True}  # fmt: skip
 DECL = {
@@ -58,44 +56,6 @@ def one_thread():
 
 def spec(**kw) -> DistilSpec:
     return DistilSpec.from_config({**DECL["train"], **kw}, seed=0)
-
-
-@pytest.fixture(scope="module")
-def teacher():
-    """A random tiny Llama made confident (a scaled LM head), like a trained teacher; a flat
-    random-init distribution would make its argmax and its KL pull the student apart."""
-    model = tiny_llama(0, vocab=VOCAB, hidden=32, intermediate=64, double=False)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(20.0)
-    return model
-
-
-def _records(teacher, n_index: int = 24, n_heldout: int = 4) -> list[dict]:
-    """Index and held-out records with the teacher's greedy responses; only held-out prompts
-    contain HELD_OUT_TOKEN."""
-    rng = np.random.default_rng(0)
-    records = []
-    for i in range(n_index + n_heldout):
-        split = "index" if i < n_index else "general"
-        prompt = rng.integers(0, HELD_OUT_TOKEN, rng.integers(3, 10)).tolist()
-        if split != "index":
-            prompt[1] = HELD_OUT_TOKEN
-        response = greedy_generate(teacher, prompt, 12)
-        if split == "index" and HELD_OUT_TOKEN in response:  # keep the greedy prefix before it
-            response = response[: response.index(HELD_OUT_TOKEN)]
-        records.append({"id": f"p{i}", "split": split, "prompt_ids": prompt,
-                        "response_ids": response})  # fmt: skip
-    return records
-
-
-@pytest.fixture(scope="module")
-def records(teacher) -> list[dict]:
-    return _records(teacher)
-
-
-@pytest.fixture(scope="module")
-def seqs(records):
-    return distil_sequences(records, max_len=40, prompt_loss=False)
 
 
 # ---------------------------------------------------------------- data

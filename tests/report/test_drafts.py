@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from kvspec.report import render
+from kvspec.report.drafts import quality_frame
 
 
 def _quality(accept: dict[str, float]) -> dict:
@@ -68,3 +69,33 @@ def test_draft_table(tmp_path: Path) -> None:
     assert row["distil_seconds"] == 123.5 and row["val_match"] == pytest.approx(0.612)
     assert pd.isna(df.iloc[4]["distil_seconds"])  # not distilled here
     assert "predicted_speedup = " in Path(out["md"]).read_text()
+
+
+def _one_run() -> dict:
+    run = {"cutoff": 0.5, "drafted": 10, "steps": 5, "accept_len": 1.5, "acceptance": 0.3,
+           "predicted_speedup": 1.2}  # fmt: skip
+    costs = {str(q): {"ratio": 0.06} for q in (1, 5)}
+    return {"k": 4, "costs": costs, "parameters": {"draft": 4e7, "target": 1.3e8},
+            "sets": {"humaneval": {"0.5": run}}}  # fmt: skip
+
+
+def _item(tmp_path, stats: dict) -> dict:
+    (tmp_path / "q.json").write_text(json.dumps(_one_run()))
+    (tmp_path / "s.json").write_text(json.dumps(stats))
+    row = {"model": "draft", "target": "target", "quality": str(tmp_path / "q.json"),
+           "stats": str(tmp_path / "s.json")}  # fmt: skip
+    return {"rows": [row], "labels": {"humaneval": "HumanEval"}}
+
+
+def test_a_calibrated_draft_shows_its_temperature_and_both_alphas(tmp_path) -> None:
+    calibration = {"temperature": 0.7, "uncalibrated": {"val_alpha": 0.4899}}
+    stats = {"final": {"val_alpha": 0.5113, "val_match": 0.54}, "calibration": calibration}
+    row = quality_frame(_item(tmp_path, stats)).iloc[0]
+    assert row["temperature"] == 0.7 and row["val_alpha"] == 0.511
+    assert row["val_alpha_at_1"] == 0.49 and row["set"] == "HumanEval"
+
+
+def test_an_uncalibrated_draft_has_temperature_one(tmp_path) -> None:
+    stats = {"final": {"val_alpha": 0.49}, "calibration": None}
+    row = quality_frame(_item(tmp_path, stats)).iloc[0]
+    assert row["temperature"] == 1.0 and row["val_alpha_at_1"] == row["val_alpha"] == 0.49

@@ -60,6 +60,9 @@ def test_draft_distilled_from_the_target(ci_run: Path, ci_config: dict) -> None:
     stats = json.loads((ci_run / "results" / "distil" / "draft" / "stats.json").read_text())
     assert stats["steps"] == decl["train"]["steps"] and stats["sequences"]["val"] >= 1
     assert stats["provenance"]["teacher"] == "results/models/target"
+    cal = stats["calibration"]  # the temperature fit after training (as at mini)
+    assert cal["temperature"] in decl["calibrate"] and cal["sequences"] >= 1
+    assert stats["final"]["val_match"] == cal["uncalibrated"]["val_match"]  # same argmax
     curve = pd.read_csv(ci_run / "results" / "distil" / "draft" / "curve.csv")
     assert curve["val_ce"].iloc[-1] < curve["val_ce"].iloc[0]  # it learned
     models = ci_run / "results" / "models"

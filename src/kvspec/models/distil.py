@@ -43,6 +43,7 @@ from kvspec.models.draft_vocab import (
     reduced_head,
     vocabulary_of,
 )
+from kvspec.models.kd_targets import Targets, batch_targets, overlap, restrict_targets
 from kvspec.models.load import compute_dtype, resolve_dtype
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.models.packing import Batch, make_batch
@@ -50,9 +51,6 @@ from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
 
 log = logging.getLogger(__name__)
-
-# (top-k ids (n, k), their log-probs (n, k), log of the mass outside them (n,)) per sequence
-Targets = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -313,13 +311,6 @@ def _split_rows(targets: Targets, seqs: list[Sequence]) -> list[Targets]:
     return [tuple(p[i].clone() for p in parts) for i in range(len(seqs))]  # type: ignore[misc]
 
 
-def batch_targets(
-    targets: Mapping[str, Targets], seqs: list[Sequence], device: torch.device | str = "cpu"
-) -> Targets:
-    """The cached targets of `seqs`, in sequence order like `Batch.labels`."""
-    return tuple(torch.cat([targets[s.id][j] for s in seqs]).to(device) for j in range(3))  # type: ignore[return-value]
-
-
 # ---------------------------------------------------------------- loss
 
 
@@ -345,22 +336,6 @@ def topk_kl_logp(student_logp: torch.Tensor, targets: Targets) -> torch.Tensor:
         s_rest = torch.log1p(-covered.clamp(max=1 - 1e-9)).to(kl.dtype)  # (N,)
         kl = kl + t_rest.exp() * (t_rest - s_rest)
     return kl.mean()
-
-
-def restrict_targets(
-    targets: Targets, keep: torch.Tensor, to_draft: torch.Tensor | None
-) -> Targets:
-    """The targets of the kept positions, their token ids as indices of a reduced readout
-    (`to_draft`: (V,) index or -1; None = full vocabulary): a top-k token outside it gets
-    log-prob -inf and its mass joins the rest bucket."""
-    ids, logp, rest = (t[keep] for t in targets)
-    if to_draft is None:
-        return ids, logp, rest
-    mapped = to_draft[ids]  # (n, k)
-    inside = mapped >= 0
-    outside_mass = torch.where(inside, torch.zeros_like(logp), logp.exp()).sum(-1)  # (n,)
-    rest = torch.log(rest.exp() + outside_mass)
-    return mapped.clamp(min=0), logp.masked_fill(~inside, float("-inf")), rest
 
 
 def distil_loss(
@@ -421,17 +396,11 @@ def evaluate(
                                    to_draft)  # fmt: skip
             s_logp = F.log_softmax(logits / spec.tau, dim=-1)
             sums["kl"] += float(topk_kl_logp(s_logp, tgt)) * len(labels)
-            sums["alpha"] += float(_overlap(s_logp, tgt).sum())
+            sums["alpha"] += float(overlap(s_logp, tgt).sum())
         total += len(labels)
     student.train(was_training)
     out = {f"val_{k}": sums[k] / max(1, total) for k in ("kl", "alpha", "match", "coverage")}
     return {"val_ce": sums["ce"] / max(1.0, sums["coverage"]), **out}
-
-
-def _overlap(student_logp: torch.Tensor, targets: Targets) -> torch.Tensor:
-    """(n,) Σ min(p_T, p_S) over the teacher's (valid) top-k tokens."""
-    t_ids, t_logp, _ = targets
-    return torch.minimum(t_logp.exp(), student_logp.gather(-1, t_ids).exp()).sum(-1)
 
 
 # ---------------------------------------------------------------- loop
@@ -575,6 +544,13 @@ def distil_model(
     t0 = time.perf_counter()
     curve = distil_train(student, train, val, spec, targets, ckpt, fingerprint, pad_id)
     last = curve[-1]
+    final = {k: v for k, v in last.items() if k.startswith(("train_", "val_"))}
+    calibration = None
+    if decl.get("calibrate"):
+        responses = train[: len(train) - len(corpus)]
+        calibration, final = _calibrated(
+            student, responses, val, targets, decl["calibrate"], spec, pad_id, final
+        )
     stats = {
         "teacher_parameters": count_parameters(teacher),
         "parameters": count_parameters(student),
@@ -584,13 +560,37 @@ def distil_model(
         "steps": spec.steps,
         "tokens_seen": last["tokens"],
         "teacher_argmax_agreement": agreement,
-        "final": {k: v for k, v in last.items() if k.startswith(("train_", "val_"))},
+        "final": final,
+        "calibration": calibration,
         "teacher_seconds": teacher_seconds,
         "teacher_dtype": teacher_dtype,
         "train_dtype": spec.dtype,
         "train_seconds_this_run": time.perf_counter() - t0,
     }
     return student.eval(), curve, stats
+
+
+def _calibrated(
+    student: torch.nn.Module,
+    responses: list[Sequence],
+    val: list[Sequence],
+    targets: Mapping[str, Targets] | None,
+    temperatures: list[float],
+    spec: DistilSpec,
+    pad_id: int,
+    final: dict[str, float],
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Fit the draft's temperature on its training responses and fold it in
+    (`kvspec.models.calibrate`); (the fit's record with the uncalibrated validation
+    metrics, the final metrics re-measured on the calibrated draft)."""
+    from kvspec.models.calibrate import calibrate
+
+    if targets is None:
+        raise ValueError("calibrate needs the teacher's targets (train.beta > 0 or a corpus)")
+    record = calibrate(student, responses, targets, temperatures, spec.batch_size, pad_id)
+    before = {k: v for k, v in final.items() if k.startswith("val_")}
+    after = evaluate(student, val, targets, spec, pad_id) if val else {}
+    return {**record, "uncalibrated": before}, {**final, **after}
 
 
 def without_prompts(corpus: list[Sequence], held: list[Sequence]) -> list[Sequence]:

@@ -30,6 +30,7 @@ def _draft_columns(
 ) -> dict[str, Any]:
     """The draft's size and distillation (the same on each of its rows)."""
     final = stats.get("final", {})
+    calibration = stats.get("calibration") or {}
     return {
         "draft": r["model"],
         "target": r["target"],
@@ -41,6 +42,8 @@ def _draft_columns(
         "teacher_seconds": _round(stats.get("teacher_seconds"), 1),
         "val_match": _round(final.get("val_match"), 3),
         "val_alpha": _round(final.get("val_alpha"), 3),
+        "temperature": calibration.get("temperature", 1.0),
+        "val_alpha_at_1": _round(calibration.get("uncalibrated", final).get("val_alpha"), 3),
     }
 
 
@@ -77,7 +80,9 @@ def render(item: dict[str, Any], inputs: dict[str, list[str]], out: dict[str, st
         "the step drafted (k·t_D(1) + t_T(k+1) per step without a cut-off).",
         "val_match = share of held-out training-sequence tokens where the draft's argmax is "
         "the teacher's greedy token; val_alpha = Σ min(p_T, q) over the teacher's top-k "
-        "tokens there (a lower bound of speculative sampling's α at T = 1); draft_vocab = "
+        "tokens there (a lower bound of speculative sampling's α at T = 1); temperature = the "
+        "draft temperature fit on its training responses and folded into its readout "
+        "(1: none), val_alpha_at_1 = val_alpha before it; draft_vocab = "
         "tokens the draft's readout covers; distil_seconds / teacher_seconds = wall time of "
         "the distillation loop / of this job's teacher pass (a read when another draft's "
         "pass is reused).",
