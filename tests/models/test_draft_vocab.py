@@ -107,3 +107,17 @@ def test_a_ranking_cut_at_n_is_the_n_most_frequent_tokens() -> None:
     for size in range(1, 13):
         assert top_tokens(order, size, 12) == frequent_tokens(docs, size, 12)
         assert top_tokens(order, max(size, 1), 12, [11]) == frequent_tokens(docs, size, 12, [11])
+
+
+def test_readout_logits_cover_the_readout_only() -> None:
+    from kvspec.models.draft_vocab import readout_logits
+
+    model = tiny_llama(1, vocab=VOCAB).eval()
+    hidden = torch.randn(3, model.config.hidden_size, dtype=model.lm_head.weight.dtype)
+    with torch.no_grad():
+        full = readout_logits(model, hidden)
+        assert full.shape == (3, VOCAB)
+        torch.testing.assert_close(full, model.lm_head(hidden))
+        ids = list(range(0, VOCAB, 3))
+        attach_reduced_head(model, ids)
+        torch.testing.assert_close(readout_logits(model, hidden), full[:, ids])

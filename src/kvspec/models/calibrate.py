@@ -21,12 +21,13 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from kvspec.models.draft_vocab import reduced_head
+from kvspec.models.draft_vocab import readout_logits, reduced_head
 from kvspec.models.kd_targets import Targets, batch_targets, overlap, restrict_targets
 from kvspec.models.packing import make_batch
 
 if TYPE_CHECKING:
     from kvspec.models.distil import Sequence as Seq
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +53,7 @@ def overlap_by_temperature(
         chunk = seqs[i : i + batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
         hidden = batch.learned(student.base_model(**batch.inputs(student)).last_hidden_state)
-        logits = (head.reduced(hidden) if head else student.get_output_embeddings()(hidden)).float()
+        logits = readout_logits(student, hidden).float()
         everything = torch.ones(len(logits), dtype=torch.bool, device=logits.device)
         tgt = restrict_targets(batch_targets(targets, chunk, student.device), everything, to_draft)
         for tau in temperatures:

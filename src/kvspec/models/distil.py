@@ -40,6 +40,7 @@ from kvspec.io import atomic_path
 from kvspec.models.draft_vocab import (
     attach_reduced_head,
     frequency_order,
+    readout_logits,
     reduced_head,
     vocabulary_of,
 )
@@ -383,7 +384,7 @@ def evaluate(
         chunk = seqs[i : i + spec.batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
         hidden = batch.learned(student.base_model(**batch.inputs(student)).last_hidden_state)
-        logits = (head.reduced(hidden) if head else student.get_output_embeddings()(hidden)).float()
+        logits = readout_logits(student, hidden).float()
         labels = to_draft[batch.labels] if head else batch.labels  # (n,) -1 outside
         keep = labels >= 0
         sums["match"] += float((logits.argmax(-1) == labels).sum())

@@ -145,3 +145,10 @@ def reduced_head(model: nn.Module) -> ReducedHead | None:
     """`model`'s output layer if it is a reduced one."""
     head = model.get_output_embeddings()
     return head if isinstance(head, ReducedHead) else None
+
+
+def readout_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """(..., N) logits over `model`'s readout: its reduced head's N tokens, else the whole
+    vocabulary."""
+    head = reduced_head(model)
+    return head.reduced(hidden) if head else model.get_output_embeddings()(hidden)
