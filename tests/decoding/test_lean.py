@@ -41,7 +41,7 @@ def _pair(model: torch.nn.Module, lean: LeanLlama, feeds, *, atol: float) -> Non
         assert ours.get_seq_length() == theirs.get_seq_length()
 
 
-@pytest.mark.parametrize("engine", ["torch", "packed", "packed-bf16"])
+@pytest.mark.parametrize("engine", ["torch", "packed", "packed-bf16", "packed-int8"])
 def test_lean_logits_equal_transformers_for_prefill_steps_chunks_and_crops(engine) -> None:
     model = _models(engine)
     lean = lean_forward(model)

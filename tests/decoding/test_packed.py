@@ -24,29 +24,32 @@ from ..tiny import tiny_indexes, tiny_llama
 SHAPES = [(576, 576), (49, 100), (200, 130), (16, 64), (1, 7)]  # (out, in): ragged tails too
 
 
+KERNEL_ENGINES = ["packed", "packed-bf16", "packed-int8"]
+
+
 def _reference(x: torch.Tensor, w: torch.Tensor, engine: str) -> torch.Tensor:
-    return x.double() @ w.to(packed.WEIGHTS[engine]).double().T
+    return x.double() @ packed.as_computed(w, engine).double().T
 
 
-@pytest.mark.parametrize("engine", ["packed", "packed-bf16"])
+@pytest.mark.parametrize("engine", KERNEL_ENGINES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_kernel_computes_the_product(engine: str, shape: tuple[int, int]) -> None:
     out, width = shape
     gen = torch.Generator().manual_seed(out * width)
     w, x = torch.randn(out, width, generator=gen), torch.randn(3, 5, width, generator=gen)
-    got = packed.kernel().linear(x, packed.kernel().pack(w.to(packed.WEIGHTS[engine])), out)
+    got = packed.kernel().linear(x, packed.pack_weight(w, engine), out)
     assert got.shape == (3, 5, out) and got.dtype == torch.float32
     want = _reference(x, w, engine)
     assert (got.double() - want).abs().max() <= 1e-5 * (1 + want.abs().max())
 
 
-@pytest.mark.parametrize("engine", ["packed", "packed-bf16"])
+@pytest.mark.parametrize("engine", KERNEL_ENGINES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_row_does_not_depend_on_the_rows_beside_it(engine: str, shape: tuple[int, int]) -> None:
     out, width = shape
     gen = torch.Generator().manual_seed(7)
     w, x = torch.randn(out, width, generator=gen), torch.randn(19, width, generator=gen)
-    weight = packed.kernel().pack(w.to(packed.WEIGHTS[engine]))
+    weight = packed.pack_weight(w, engine)
     whole = packed.kernel().linear(x, weight, out)
     for rows in range(1, 20):  # every tile shape and remainder the kernel has
         assert torch.equal(packed.kernel().linear(x[:rows], weight, out), whole[:rows]), rows
@@ -54,12 +57,13 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(engine: str, shape: tuple[i
         assert torch.equal(alone, whole[rows - 1 : rows]), rows
 
 
-def test_the_kernel_uses_every_thread_and_threads_do_not_change_it() -> None:
+@pytest.mark.parametrize("engine", KERNEL_ENGINES)
+def test_the_kernel_uses_every_thread_and_threads_do_not_change_it(engine: str) -> None:
     if "ATen parallel backend: OpenMP" in torch.__config__.parallel_info():
         assert packed.kernel().openmp(), "built without -fopenmp: every call on one thread"
     gen = torch.Generator().manual_seed(3)
     w, x = torch.randn(200, 130, generator=gen), torch.randn(9, 130, generator=gen)
-    weight, threads = packed.kernel().pack(w), torch.get_num_threads()
+    weight, threads = packed.pack_weight(w, engine), torch.get_num_threads()
     try:
         runs = []
         for n in (1, 2, 3):
@@ -165,9 +169,10 @@ def test_packing_makes_several_positions_attend_grouped_without_copies(monkeypat
 VOCAB, EOS, NEW = 128, 127, 12
 
 
-# (target's engine, draft's engine): resources.linear and resources.draft_linear (mini: the
-# last pair, a bfloat16 draft proposing for a float32 target)
-ENGINE_PAIRS = [("packed", "packed"), ("packed-bf16", "packed-bf16"), ("packed", "packed-bf16")]
+# (target's engine, draft's engine): resources.linear and resources.draft_linear (mini: a
+# bfloat16 or int8 draft proposing for a float32 target)
+ENGINE_PAIRS = [("packed", "packed"), ("packed-bf16", "packed-bf16"), ("packed", "packed-bf16"),
+                ("packed", "packed-int8")]  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=ENGINE_PAIRS, ids="-".join)

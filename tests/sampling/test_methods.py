@@ -213,7 +213,7 @@ def test_drafts_with_a_reduced_vocabulary_keep_the_target_law(sharp_models, kind
 
 @pytest.mark.parametrize(("kind", "exact"), [("sd", True), ("three_model", True),
                                            ("sd_printed", False)])  # fmt: skip
-@pytest.mark.parametrize("draft_engine", ["packed", "packed-bf16"])
+@pytest.mark.parametrize("draft_engine", ["packed", "packed-bf16", "packed-int8"])
 def test_samplers_on_the_packed_engine_keep_the_target_law(kind, exact, draft_engine):
     """The mini scale's engines (`resources.linear: packed`, float32, for the target;
     `resources.draft_linear` for middle model and draft): every model computing through the

@@ -13,10 +13,12 @@ q-position forward costs little more than a one-position one while the weights s
 memory.
 
 Engines (`resources.linear`): "torch" (PyTorch's own layers, e.g. on GPUs), "packed"
-(float32 weights) and "packed-bf16" (weights rounded to bfloat16, activations and sums in
-float32: half the bytes to stream, a slightly different model). The kernel is compiled on first
-use for this CPU (`-march=native`, ~30 s, cached under the torch extensions directory with the
-CPU's flags in its name).
+(float32 weights), "packed-bf16" (weights rounded to bfloat16, activations and sums in
+float32: half the bytes to stream, a slightly different model) and "packed-int8" (each output
+row's weights as int8 times one float32 scale, max|row| / 127: a quarter of float32's bytes,
+for models that only draft, where the weights, not the arithmetic, set a step's time). The
+kernel is compiled on first use for this CPU (`-march=native`, ~30 s, cached under the torch
+extensions directory with the CPU's flags in its name).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from typing import Any
 
 import torch
 
-ENGINES = ("torch", "packed", "packed-bf16")
-WEIGHTS = {"packed": torch.float32, "packed-bf16": torch.bfloat16}
+ENGINES = ("torch", "packed", "packed-bf16", "packed-int8")
+WEIGHTS = {"packed": torch.float32, "packed-bf16": torch.bfloat16, "packed-int8": torch.int8}
 SOURCE = Path(__file__).parent / "kernels" / "packed_linear.cpp"
 # -fopenmp: at::parallel_for is OpenMP in PyTorch's CPU builds; without it the loop runs on one
 # thread (a header-only template, silently serial)
@@ -118,12 +120,29 @@ def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:
                 f"{weight.dtype} on {weight.device}; use resources.linear: torch"
             )
         module.requires_grad_(False)
-        packed = kernel().pack(weight.detach().to(WEIGHTS[engine]))
+        packed = pack_weight(weight.detach(), engine)
         module.packed_weight = packed  # what kvspec.decoding.lean's one-call step reads
         compute = _forward(packed, weight.shape[0], getattr(module, "bias", None))
         setattr(module, "reduced" if _is_readout(module) else "forward", compute)
     model.linear_engine = engine  # engine_of: what layers built later for it should use
     return model
+
+
+def pack_weight(weight: torch.Tensor, engine: str) -> torch.Tensor:
+    """A float32 (out, in) weight as the kernel's panels in `engine`'s weight format."""
+    if WEIGHTS[engine] == torch.int8:
+        return kernel().pack_int8(weight)
+    return kernel().pack(weight.to(WEIGHTS[engine]))
+
+
+def as_computed(weight: torch.Tensor, engine: str) -> torch.Tensor:
+    """The float32 weight `engine` multiplies by in place of `weight` (rounded to bfloat16, or
+    int8 times each row's scale): what the kernel's products equal to float32 accuracy."""
+    if WEIGHTS[engine] != torch.int8:
+        return weight.to(WEIGHTS[engine]).float()
+    peak = weight.abs().amax(dim=1, keepdim=True)
+    scale = torch.where(peak > 0, peak / 127.0, torch.ones_like(peak))
+    return (weight / scale).round().clamp(-127, 127) * scale
 
 
 def engine_of(model: torch.nn.Module) -> str:

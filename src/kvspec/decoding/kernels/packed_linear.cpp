@@ -4,10 +4,12 @@
 // P[p][k][l] = W[16p + l][k] (zero padded). Each output y[m][n] is one fixed chain of float32
 // fused multiply-adds over k (blocks of KB summed in order), whatever M and whatever tile the
 // row lands in, so a row's result never depends on the other rows: a one-token decoding step
-// and a q-token verification compute the same numbers. Weights are float32 or bfloat16
-// (widened to float32 in registers); activations and sums stay float32.
+// and a q-token verification compute the same numbers. Weights are float32, bfloat16 or int8
+// (widened to float32 in registers; int8 panels end in their 16 outputs' float32 scales, applied
+// to each finished sum); activations and sums stay float32.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +21,8 @@ namespace {
 typedef float v16 __attribute__((vector_size(64)));
 typedef uint16_t h16 __attribute__((vector_size(32)));
 typedef uint32_t u16 __attribute__((vector_size(64)));
+typedef int8_t c16 __attribute__((vector_size(16)));
+typedef int32_t i16 __attribute__((vector_size(64)));
 
 constexpr int64_t KB = 64;  // k block: partial sums of KB terms, added to the output in order
 
@@ -28,19 +32,29 @@ inline v16 load(const uint16_t* p) {  // bfloat16 -> float32: the 16 high bits
   u16 u = __builtin_convertvector(h, u16) << 16;
   v16 v; std::memcpy(&v, &u, 64); return v;
 }
+inline v16 load(const int8_t* p) {  // int8 -> float32, exact
+#ifdef __AVX512F__  // GCC scalarises the generic conversion below (~4x slower than float32)
+  __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(p))));
+  v16 v; std::memcpy(&v, &f, 64); return v;
+#else
+  c16 c; std::memcpy(&c, p, 16);
+  return __builtin_convertvector(__builtin_convertvector(c, i16), v16);
+#endif
+}
 inline void add_to(float* p, v16 v) { v16 o = load(p); o += v; std::memcpy(p, &o, 64); }
 
 // Rows m0..m0+MB-1 of x against panels p0..p0+NB-1, into out (M x NP*16, zeroed).
 template <int NB, int MB, typename W>
-inline void tile(const float* x, int64_t K, const W* w, float* out, int64_t NP, int64_t m0,
-                 int64_t p0) {
+inline void tile(const float* x, int64_t K, int64_t KS, const W* w, float* out, int64_t NP,
+                 int64_t m0, int64_t p0) {
   for (int64_t k0 = 0; k0 < K; k0 += KB) {
     const int64_t k1 = std::min(K, k0 + KB);
     v16 acc[MB][NB];
     for (int j = 0; j < MB; ++j) for (int i = 0; i < NB; ++i) acc[j][i] = v16{};
     for (int64_t k = k0; k < k1; ++k) {
       v16 wv[NB];
-      for (int i = 0; i < NB; ++i) wv[i] = load(w + ((p0 + i) * K + k) * 16);
+      for (int i = 0; i < NB; ++i) wv[i] = load(w + ((p0 + i) * KS + k) * 16);
       for (int j = 0; j < MB; ++j) {
         const float xs = x[(m0 + j) * K + k];
         for (int i = 0; i < NB; ++i) acc[j][i] += wv[i] * xs;
@@ -65,13 +79,13 @@ constexpr int NW = 1, MX = 6, MW = 6;  // 12 + 2 registers, + 1 broadcast
 
 // The last `left` (< the tile's rows) rows from m0, as one tile of exactly that many rows.
 template <int N_B, int R, typename W>
-inline void rest(const float* x, int64_t left, int64_t K, const W* w, float* out, int64_t NP,
-                 int64_t m0, int64_t p0) {
+inline void rest(const float* x, int64_t left, int64_t K, int64_t KS, const W* w, float* out,
+                 int64_t NP, int64_t m0, int64_t p0) {
   if constexpr (R > 0) {
     if (left == R) {
-      tile<N_B, R>(x, K, w, out, NP, m0, p0);
+      tile<N_B, R>(x, K, KS, w, out, NP, m0, p0);
     } else {
-      rest<N_B, R - 1>(x, left, K, w, out, NP, m0, p0);
+      rest<N_B, R - 1>(x, left, K, KS, w, out, NP, m0, p0);
     }
   }
 }
@@ -79,36 +93,58 @@ inline void rest(const float* x, int64_t left, int64_t K, const W* w, float* out
 // Every row of x against panels p0..p0+N_B-1: tiles of M_B rows, then the rest in one tile
 // (the panels' weights stream from memory once, then from cache).
 template <int N_B, int M_B, typename W>
-inline void rows(const float* x, int64_t M, int64_t K, const W* w, float* out, int64_t NP,
-                 int64_t p0) {
+inline void rows(const float* x, int64_t M, int64_t K, int64_t KS, const W* w, float* out,
+                 int64_t NP, int64_t p0) {
   int64_t m0 = 0;
-  for (; m0 + M_B <= M; m0 += M_B) tile<N_B, M_B>(x, K, w, out, NP, m0, p0);
-  rest<N_B, M_B - 1>(x, M - m0, K, w, out, NP, m0, p0);
+  for (; m0 + M_B <= M; m0 += M_B) tile<N_B, M_B>(x, K, KS, w, out, NP, m0, p0);
+  rest<N_B, M_B - 1>(x, M - m0, K, KS, w, out, NP, m0, p0);
 }
 
 // Panels a..b-1, N_B at a time (then single panels), each against every row.
 template <int N_B, int M_B, typename W>
-void group(const float* x, int64_t M, int64_t K, const W* w, float* out, int64_t NP,
+void group(const float* x, int64_t M, int64_t K, int64_t KS, const W* w, float* out, int64_t NP,
            int64_t a, int64_t b) {
   int64_t p = a;
-  for (; p + N_B <= b; p += N_B) rows<N_B, M_B>(x, M, K, w, out, NP, p);
-  for (; p < b; ++p) rows<1, M_B>(x, M, K, w, out, NP, p);
+  for (; p + N_B <= b; p += N_B) rows<N_B, M_B>(x, M, K, KS, w, out, NP, p);
+  for (; p < b; ++p) rows<1, M_B>(x, M, K, KS, w, out, NP, p);
 }
 
 // The tile shape never changes an output's chain of sums, only how often weights are read.
 template <typename W>
-void panels(const float* x, int64_t M, int64_t K, const W* w, float* out, int64_t NP,
-            int64_t a, int64_t b) {
+void panels(const float* x, int64_t M, int64_t K, int64_t KS, const W* w, float* out,
+            int64_t NP, int64_t a, int64_t b) {
   if (M <= MB) {
-    group<NB, MB>(x, M, K, w, out, NP, a, b);
+    group<NB, MB>(x, M, K, KS, w, out, NP, a, b);
   } else if (M <= MX) {
-    group<NW, MX>(x, M, K, w, out, NP, a, b);
+    group<NW, MX>(x, M, K, KS, w, out, NP, a, b);
   } else {
-    group<NW, MW>(x, M, K, w, out, NP, a, b);
+    group<NW, MW>(x, M, K, KS, w, out, NP, a, b);
+  }
+}
+
+// int8 panels: K weight rows of 16 int8, then SCALE_ROWS rows holding the 16 outputs' float32
+// scales (a weight is its int8 value times its output's scale).
+constexpr int64_t SCALE_ROWS = 4;
+
+// Panels a..b-1 of int8 weights against every row, each finished sum times its output's scale.
+void int8_panels(const float* x, int64_t M, int64_t K, const int8_t* w, float* out, int64_t NP,
+                 int64_t a, int64_t b) {
+  const int64_t KS = K + SCALE_ROWS;
+  panels(x, M, K, KS, w, out, NP, a, b);
+  for (int64_t p = a; p < b; ++p) {
+    float scale[16];
+    std::memcpy(scale, w + (p * KS + K) * 16, sizeof(scale));
+    for (int64_t m = 0; m < M; ++m)
+      for (int l = 0; l < 16; ++l) out[(m * NP + p) * 16 + l] *= scale[l];
   }
 }
 
 }  // namespace
+
+// The width K of the inputs a packed weight multiplies (int8 panels carry their scales too).
+inline int64_t width(const torch::Tensor& packed) {
+  return packed.size(1) - (packed.scalar_type() == torch::kChar ? SCALE_ROWS : 0);
+}
 
 torch::Tensor pack(const torch::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2, "pack: a 2-D weight, got ", weight.dim(), " dims");
@@ -120,17 +156,37 @@ torch::Tensor pack(const torch::Tensor& weight) {
   return padded.view({NP, 16, K}).transpose(1, 2).contiguous();
 }
 
+// W (N x K, float32) as int8 panels: each output row symmetric, scale max|row| / 127 (1 for an
+// all-zero row), its weights round(w / scale); the panel's scales follow its K rows.
+torch::Tensor pack_int8(const torch::Tensor& weight) {
+  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kFloat,
+              "pack_int8: a 2-D float32 weight");
+  const int64_t N = weight.size(0), K = weight.size(1), NP = (N + 15) / 16;
+  auto w = weight.to(torch::kCPU).contiguous();
+  auto scale = torch::ones({NP * 16}, w.options());
+  auto peak = w.abs().amax(1);
+  scale.narrow(0, 0, N).copy_(torch::where(peak > 0, peak / 127.0, torch::ones_like(peak)));
+  auto q = torch::zeros({NP * 16, K}, w.options());
+  q.narrow(0, 0, N).copy_(torch::round(w / scale.narrow(0, 0, N).unsqueeze(1)).clamp(-127, 127));
+  auto panels = q.view({NP, 16, K}).transpose(1, 2).to(torch::kChar);  // (NP, K, 16)
+  auto tail = scale.view({NP, 16}).view(torch::kChar).view({NP, SCALE_ROWS, 16});
+  return torch::cat({panels, tail}, 1).contiguous();
+}
+
 // M rows of x (M x K) through packed panels into out (M x ceil(N/16)*16), each row's sums
 // in one fixed order whatever M (the one product `linear` and `llama_step` both call).
 void linear_rows(const float* x, int64_t M, const torch::Tensor& packed, float* out) {
-  const int64_t K = packed.size(1), NP = packed.size(0);
+  const int64_t K = width(packed), NP = packed.size(0);
   std::fill(out, out + M * NP * 16, 0.0f);
   if (packed.scalar_type() == torch::kFloat) {
     const float* wp = packed.data_ptr<float>();
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, K, wp, out, NP, a, b); });
+  } else if (packed.scalar_type() == torch::kChar) {
+    const int8_t* wp = packed.data_ptr<int8_t>();
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { int8_panels(x, M, K, wp, out, NP, a, b); });
   } else {
     const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
-    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, wp, out, NP, a, b); });
+    at::parallel_for(0, NP, 4, [&](int64_t a, int64_t b) { panels(x, M, K, K, wp, out, NP, a, b); });
   }
 }
 
@@ -138,8 +194,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& packed, int64_
   TORCH_CHECK(x.scalar_type() == torch::kFloat && x.device().is_cpu(),
               "packed linear: float32 CPU inputs, got ", x.scalar_type(), " on ", x.device());
   TORCH_CHECK(packed.dim() == 3 && packed.size(2) == 16 && packed.is_contiguous(),
-              "packed linear: a weight made by pack()");
-  const int64_t K = packed.size(1), NP = packed.size(0);
+              "packed linear: a weight made by pack() or pack_int8()");
+  const int64_t K = width(packed), NP = packed.size(0);
   TORCH_CHECK(x.size(-1) == K, "packed linear: input width ", x.size(-1), " != ", K);
   auto x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
@@ -250,16 +306,16 @@ torch::Tensor llama_step(const torch::Tensor& x0, int64_t len, const torch::Tens
     const torch::Tensor* w = packed.data() + 7 * l;
     for (int i = 0; i < 7; ++i)  // the buffers below are sized from layer 0
       TORCH_CHECK(w[i].sizes() == packed[i].sizes(), "llama_step: layer ", l, " differs from 0");
-    const int64_t inter = w[6].size(1);
-    TORCH_CHECK(w[0].size(1) == D && w[1].size(1) == D && w[2].size(1) == D &&
-                    w[4].size(1) == D && w[5].size(1) == D && w[3].size(1) == heads * d &&
+    const int64_t inter = width(w[6]);
+    TORCH_CHECK(width(w[0]) == D && width(w[1]) == D && width(w[2]) == D &&
+                    width(w[4]) == D && width(w[5]) == D && width(w[3]) == heads * d &&
                     padded(w[0]) >= heads * d && padded(w[1]) >= hkv * d &&
                     padded(w[2]) >= hkv * d && padded(w[3]) >= D && padded(w[6]) >= D &&
                     padded(w[4]) >= inter && w[5].sizes() == w[4].sizes() &&
                     norms[2 * l + 1].numel() == D,
                 "llama_step: layer ", l, "'s weights do not fit its widths");
   }
-  TORCH_CHECK(packed[7 * L].size(1) == D && padded(packed[7 * L]) >= n_out,
+  TORCH_CHECK(width(packed[7 * L]) == D && padded(packed[7 * L]) >= n_out,
               "llama_step: the head's width != ", D);
   const int64_t group = heads / hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -304,7 +360,7 @@ torch::Tensor llama_step(const torch::Tensor& x0, int64_t len, const torch::Tens
       norm_row(x.data() + t * D, norms[2 * l + 1].data_ptr<float>(), D, eps, h.data() + t * D);
     linear_rows(h.data(), T, w[4], gate.data());
     linear_rows(h.data(), T, w[5], up.data());
-    const int64_t inter = w[6].size(1);
+    const int64_t inter = width(w[6]);
     std::vector<float> act(T * inter);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < inter; ++i) {
@@ -336,6 +392,7 @@ bool openmp() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("openmp", &openmp, "built with OpenMP (at::parallel_for uses every thread)");
   m.def("pack", &pack, "W (N x K) -> panels (ceil(N/16) x K x 16)");
+  m.def("pack_int8", &pack_int8, "W (N x K) -> int8 panels with their scales (ceil(N/16) x K+4 x 16)");
   m.def("rms_norm", &rms_norm, "RMSNorm over the last dim, fixed summation order");
   m.def("linear", &linear, "x W^T through packed panels, float32 sums, batch invariant");
   m.def("llama_step", &llama_step, "T chained positions of a plain Llama decoder, one call");
