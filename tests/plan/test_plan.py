@@ -637,6 +637,6 @@ def test_jobs_with_drafts_take_the_drafts_engine_and_no_other_job_does(plans) ->
                 continue
             assert "draft_linear" not in RULES[rule](plan, plan.config), (name, rule)
         assert plan.lecture.job("speculative")["draft_linear"] == want
-    assert plans["config"].config["resources"]["draft_linear"] == "packed-bf16"
+    assert plans["config"].config["resources"]["draft_linear"] == "packed-int8"
     paper = plans["paper"]
     assert RULES["specdecode_speed"](paper, paper.config)["draft_linear"] == "torch"
