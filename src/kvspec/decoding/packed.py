@@ -23,13 +23,14 @@ extensions directory with the CPU's flags in its name).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from kvspec.extensions import load_extension
 
 ENGINES = ("torch", "packed", "packed-bf16", "packed-int8")
 WEIGHTS = {"packed": torch.float32, "packed-bf16": torch.bfloat16, "packed-int8": torch.int8}
@@ -67,29 +68,10 @@ def check_engine(engine: str) -> None:
 @cache
 def kernel() -> Any:
     """The compiled kernel module (built once per CPU kind, then loaded from the cache)."""
-    import os
-    import shutil
-
-    import ninja  # the build tool torch's extension loader calls (a pinned requirement)
-    from torch.utils.cpp_extension import load
-
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        raise RuntimeError("the packed linear kernel needs a C++ compiler (Debian: apt-get "
-                           "install g++), or resources.linear: torch")  # fmt: skip
-    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, os.environ.get("PATH", "")])
-    name = f"kvspec_packed_linear_{_cpu_tag()}"
-    return load(name, [str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
-                verbose=False)  # fmt: skip
-
-
-def _cpu_tag() -> str:
-    """A short hash of this CPU's model and flags and of the kernel's source: a build made
-    on another CPU kind (a cluster's other nodes) or from another source is never loaded."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.exists() else []
-    cpu = [ln for ln in lines if ln.startswith(("flags", "model name"))][:2]
-    digest = hashlib.sha256("\n".join([*cpu, *FLAGS]).encode() + SOURCE.read_bytes())
-    return digest.hexdigest()[:12]
+    try:
+        return load_extension("kvspec_packed_linear", SOURCE, FLAGS, ["-fopenmp"], cpu=True)
+    except RuntimeError as err:
+        raise RuntimeError(f"{err}, or resources.linear: torch") from None
 
 
 def pack_linears(model: torch.nn.Module, engine: str) -> torch.nn.Module:

@@ -3,7 +3,6 @@ two over the request itself: prompt lookup and the longest earlier suffix (thesi
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +11,7 @@ import numpy as np
 from kvspec.decoding.drafts import Dist, Draft, one_hot
 from kvspec.ngram import suffix_array as sa
 from kvspec.ngram.index import CheckedEngine
-from kvspec.ngram.local_tree import earlier_matches
+from kvspec.ngram.native import native
 
 
 def greedy_token(counts: dict[int, int] | dict[int, float]) -> int:
@@ -63,10 +62,10 @@ class InfiniGramDrafter:
     step at a time, narrowing the range exactly after each pick. When no match survives
     (a document ended) a fresh lookup continues the draft.
 
-    Lookups run in this process (`kvspec.ngram.suffix_array`), not through the engine, and
-    reuse the previous call's match: when the new context extends the previous one, the
-    longest suffix is the previous match extended by the new tokens if that occurs, and
-    otherwise is searched only among shorter lengths.
+    Lookups run in this process (`kvspec.ngram.suffix_array`, compiled), not through the
+    engine, and reuse the previous call's match: when the new context extends the previous
+    one, the longest suffix is the previous match extended by the new tokens if that occurs,
+    and otherwise is searched only among shorter lengths.
 
     `confidence`: stop drafting once a step's top-1 probability is below it.
     `min_match`: draft nothing when the context's longest indexed suffix is shorter (a
@@ -94,7 +93,8 @@ class InfiniGramDrafter:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.vocab = engine.vocab
-        self.shards = sa.open_shards(engine.index_dir, engine.token_dtype)
+        lut = self.vocab.original_lut if self.vocab is not None else None
+        self.index = sa.open_index(engine.index_dir, engine.token_dtype, lut)
         self._last: tuple[list[int], _Match] | None = None  # previous context and its match
 
     def propose(self, context: list[int], k: int) -> Draft:
@@ -153,56 +153,23 @@ class InfiniGramDrafter:
 
     def longest_suffix(self, ctx: list[int], below: int | None = None) -> _Match:
         """Longest suffix of `ctx` shorter than `below` with a match (doubling, then bisecting)."""
-        limit = len(ctx) if below is None else min(below - 1, len(ctx))
-        best = self._find([])
-        lo, hi = 0, 1
-        while hi <= limit:
-            found = self._find(ctx[len(ctx) - hi :])
-            if found.count == 0:
-                break
-            best, lo, hi = found, hi, hi * 2
-        hi = min(hi, limit + 1)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            found = self._find(ctx[len(ctx) - mid :])
-            if found.count == 0:
-                hi = mid
-            else:
-                best, lo = found, mid
-        return best
+        below = -1 if below is None else below  # -1: any length
+        n, segments = self.index.longest_suffix(self._index_ids(ctx), below)
+        return _Match(ctx[len(ctx) - n :] if n else [], segments, sa.count(segments))
 
     def continuations(self, match: _Match, m: int, ranks: np.ndarray | None = None) -> np.ndarray:
         """The m tokens after every match (or after the matches at global `ranks`), -1 once
         the document has ended.  # (count, m)"""
-        rows, offset = [], 0
-        for shard, (lo, hi) in zip(self.shards, match.segments, strict=True):
-            if ranks is None:
-                pos = shard.range_positions(lo, hi) if hi > lo else np.zeros(0, np.int64)
-            else:
-                mine = ranks[(ranks >= offset) & (ranks < offset + hi - lo)] - offset
-                pos = shard.positions(lo + mine)
-            offset += hi - lo
-            rows.append(self._read(shard, pos + len(match.suffix), m))
-        return np.concatenate(rows) if rows else np.zeros((0, m), dtype=np.int64)
+        return self._rows(match, m, ranks).array()
 
-    def _read(self, shard: sa.Shard, start: np.ndarray, m: int) -> np.ndarray:
-        """Model ids at start..start+m-1, -1 from a document end on.  # (n, m)"""
-        pos = start[:, None] + np.arange(m)  # (n, m)
-        inside = pos < len(shard.tokens)
-        conts = np.asarray(shard.tokens[np.where(inside, pos, 0)]).astype(np.int64)  # (n, m)
-        separator = np.iinfo(shard.tokens.dtype).max
-        ended = np.logical_or.accumulate(~inside | (conts == separator), axis=1)
-        if self.vocab is not None:
-            conts = self.vocab.original_lut[conts]  # compact -> model ids
-        return np.where(ended, -1, conts)
-
-    def _find(self, suffix: list[int]) -> _Match:
-        segments = sa.find(self.shards, self._index_ids(suffix))
-        return _Match(list(suffix), segments, sa.count(segments))
+    def _rows(self, match: _Match, m: int, ranks: np.ndarray | None = None) -> Any:
+        """`continuations` as the compiled `Rows` a walk narrows in place."""
+        picked = None if ranks is None else np.asarray(ranks, dtype=np.int64).tolist()
+        return self.index.rows(match.segments, len(match.suffix), m, picked)
 
     def _extend(self, match: _Match, tail: list[int]) -> _Match:
         ids = self._index_ids(tail)
-        segments = sa.extend(self.shards, match.segments, len(match.suffix), ids)
+        segments = sa.extend(self.index, match.segments, len(match.suffix), ids)
         return _Match(match.suffix + list(tail), segments, sa.count(segments))
 
     def _index_ids(self, ids: list[int]) -> list[int]:
@@ -214,8 +181,7 @@ class InfiniGramDrafter:
         if match.count <= self.max_support:
             return self._walk(match, m), None
         ranks = self._spread(match.count, match.segments)
-        column = self.continuations(match, 1, ranks)[:, 0]
-        dist = _column_dist(np.where(column < 0, self.eos, column))
+        dist = self._column(self._rows(match, 1, ranks), 0)
         pick = self._pick(dist)
         grown = self._extend(match, [pick])
         return [(pick, dist, len(match.suffix))], grown if grown.count > 0 else None
@@ -231,19 +197,25 @@ class InfiniGramDrafter:
 
     def _walk(self, match: _Match, m: int) -> list[tuple[int, Dist, int]]:
         """Replay up to m sequential picks on the matches' continuations."""
-        rows = self.continuations(match, m)  # (count, m): the matches still agreeing
+        rows = self._rows(match, m)  # (count, m): the matches still agreeing
         steps: list[tuple[int, Dist, int]] = []
         for j in range(m):
             if len(rows) == 1:  # one match left: the rest is its continuation
-                return steps + self._follow(rows[0, j:].tolist(), len(match.suffix) + j)
-            column = rows[:, j]
-            dist = _column_dist(np.where(column < 0, self.eos, column))
+                return steps + self._follow(rows.row(0, j), len(match.suffix) + j)
+            dist = self._column(rows, j)
             pick = self._pick(dist)
             steps.append((pick, dist, len(match.suffix) + j))
-            rows = rows[column == pick]
+            rows.keep(j, pick)  # a match that ended here never continues with the pick
             if not len(rows):
                 break  # every match ended: the caller starts a fresh lookup
         return steps
+
+    def _column(self, rows: Any, j: int) -> Dist:
+        """Empirical distribution of column j of the continuations (document ends as eos), in
+        ascending token order."""
+        ids, counts = rows.column(j, self.eos)
+        n = sum(counts)
+        return {t: c / n for t, c in zip(ids, counts, strict=True)}
 
     def _follow(self, tokens: list[int], length: int) -> list[tuple[int, Dist, int]]:
         """The picks along one match's continuation (`tokens`, -1 once it ended) whose suffix
@@ -279,18 +251,6 @@ class InfiniGramDrafter:
             dists.append(dist)
             lengths.append(length)
         return False
-
-
-_SMALL = 256  # columns up to this long are counted in Python
-
-
-def _column_dist(column: np.ndarray) -> Dist:
-    """Empirical distribution of one column of continuations, in ascending token order."""
-    if len(column) <= _SMALL:  # most columns: counting in Python beats np.unique's sort
-        counts = Counter(column.tolist())
-        return {int(t): counts[t] / len(column) for t in sorted(counts)}
-    ids, counts = np.unique(column, return_counts=True)
-    return {int(t): int(c) / len(column) for t, c in zip(ids, counts, strict=True)}
 
 
 # ---------------------------------------------------------------- prompt lookup
@@ -344,29 +304,15 @@ class RequestSuffixDrafter:
 
     def propose(self, context: list[int], k: int) -> Draft:
         """Draft up to k tokens continuing the context's longest earlier suffix."""
-        ctx = np.asarray([int(t) for t in context], dtype=np.int64)
-        n, ends = earlier_matches(ctx, self.max_match)
+        n, n_ends, tokens, ids, counts = native().suffix_draft(context, self.max_match,
+                                                               self.min_match, k)  # fmt: skip
         if n < self.min_match or k <= 0:
-            return Draft([], [], n, len(ends), [], [])
-        tokens: list[int] = []
-        dists: list[Dist] = []
-        alive = ends  # occurrences still agreeing with the draft, ascending
-        for j in range(1, k + 1):
-            alive = alive[alive + j < len(ctx)]
-            if len(alive) == 1:  # one occurrence left: copy what followed it
-                rest = ctx[int(alive[0]) + j : int(alive[0]) + k + 1].tolist()
-                tokens += rest
-                dists += [{t: 1 / len(ends)} for t in rest]
-                break
-            if not len(alive):
-                break
-            following = ctx[alive + j]
-            counts = Counter(following.tolist())  # first occurrence first
-            pick = max(counts, key=counts.__getitem__)  # the earliest of the most frequent
-            tokens.append(int(pick))
-            dists.append({int(t): c / len(ends) for t, c in counts.items()})
-            alive = alive[following == pick]
-        return Draft(tokens, one_hot(tokens), n, len(ends), dists, [n] * len(tokens))
+            return Draft([], [], n, n_ends, [], [])
+        dists: list[Dist] = [
+            {t: c / n_ends for t, c in zip(i, cs, strict=True)}  # first occurrence first
+            for i, cs in zip(ids, counts, strict=True)
+        ]
+        return Draft(tokens, one_hot(tokens), n, n_ends, dists, [n] * len(tokens))
 
 
 def _ngram_starts(ctx: np.ndarray, n: int) -> np.ndarray:

@@ -24,6 +24,7 @@ import numpy as np
 
 from kvspec.decoding.drafts import Drafter
 from kvspec.decoding.tree import ROOT, DraftTree
+from kvspec.ngram.native import native
 
 
 @dataclass(frozen=True)
@@ -59,17 +60,9 @@ class LocalTreeSettings:
 
 def earlier_matches(ctx: np.ndarray, max_match: int) -> tuple[int, np.ndarray]:
     """(n, ends): the longest n <= max_match such that the last n tokens also end at earlier
-    positions `ends` (each < len - 1, so a continuation exists); (0, []) if none."""
-    last = len(ctx) - 1
-    ends = np.flatnonzero(ctx[:last] == ctx[last]) if last > 0 else np.zeros(0, np.int64)
-    n = 1 if len(ends) else 0
-    while len(ends) and n < max_match:
-        ok = ends >= n
-        longer = ends[ok][ctx[ends[ok] - n] == ctx[last - n]] if last - n >= 0 else ends[:0]
-        if not len(longer):
-            break
-        ends, n = longer, n + 1
-    return n, ends
+    positions `ends` (ascending, each < len - 1, so a continuation exists); (0, []) if none."""
+    n, ends = native().earlier_matches(np.asarray(ctx, dtype=np.int64).tolist(), max_match)
+    return n, np.asarray(ends, dtype=np.int64)
 
 
 def continuation_tree(
