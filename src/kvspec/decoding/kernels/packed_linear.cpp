@@ -56,9 +56,10 @@ inline void tile(const float* x, int64_t K, int64_t KS, const W* w, float* out, 
       v16 wv[NB];
       for (int i = 0; i < NB; ++i) {
         wv[i] = load(w + ((p0 + i) * KS + k) * 16);
-        // 32 rows (2 KB) ahead of each panel's stream: the products of several rows are slow
-        // enough that the hardware prefetcher falls behind (2026-12-06, AMD EPYC Zen 5: the
-        // model's linears at 4 / 8 rows 3-5 % / 7-9 % faster, one row unchanged)
+        // 32 rows ahead of each panel's stream (2 KB of float32 weights; x86 prefetches never
+        // fault, also past the last panel). Measured, cause not traced: SmolLM2's float32
+        // linears at 4 / 8 rows 3-5 % / 7-9 % faster, one row unchanged (2026-12-06, AMD EPYC
+        // Zen 5, side by side in one process); bfloat16 and int8 panels were not timed
         __builtin_prefetch(w + ((p0 + i) * KS + k + 32) * 16);
       }
       for (int j = 0; j < MB; ++j) {
