@@ -8,6 +8,7 @@ from kvspec.plan.names import (
     Calib,
     Converted,
     Factors,
+    HeadRun,
     Healed,
     Original,
     RankPlan,
@@ -31,6 +32,8 @@ CALIB = Calib("wikitext2", 256, 32)
         Converted(Factors("asvd", CALIB), RankPlan("uniform", 16)),
         Healed("transmla-care", 49152),
         Original(),
+        HeadRun("ours_tli1"),
+        HeadRun("eagle_params", 2),
     ],
     ids=str,
 )
@@ -48,6 +51,8 @@ def test_paths_spell_as_before() -> None:
     assert str(care) == "care-wikitext2-n256-t32/waterfill-r8"
     assert str(Healed("svd", 256)) == "heal-svd/tokens-256"
     assert [fraction_name(f) for f in (1.0, 0.5, 0.01)] == ["1", "0.5", "0.01"]
+    assert str(HeadRun("eagle")) == "eagle"  # the head every table reads keeps its path
+    assert str(HeadRun("eagle", 1)) == "eagle.repeat1"
 
 
 @pytest.mark.parametrize(
@@ -60,6 +65,9 @@ def test_paths_spell_as_before() -> None:
         (Converted, "svd-none"),
         (Healed, "heal-magic/tokens-5"),
         (Original, "originals"),
+        (HeadRun, "eagle.repeat0"),
+        (HeadRun, "eagle.repeat"),
+        (HeadRun, "EAGLE"),
     ],
 )
 def test_malformed_names_are_refused(cls, text: str) -> None:

@@ -44,6 +44,7 @@ EXPECTED_JOBS = {
 # mini: healing without the transmla-pca row (1 restore, 1 heal, 2 healed evaluations fewer)
 # every scale: + the pipeline runs and their simulation (document 003, issue 17) and twelve
 # report items (runs, simulator validation, Figures 4-8 and 10, Tables I-IV transcribed)
+# ci: + a second training run of each of its six Table 5 heads (moa.ablation.repeats: 2)
 # mini and paper: + Arctic Inference's suffix-tree build (sd_suffix_decoding in the speed runs)
 # every scale: + Spec-Bench's questions (one dataset), document 002's head training (one job per
 # drafter: 4 at ci and mini, 5 at paper), its decoding job and five report items (Tables 2, 5,
@@ -62,7 +63,7 @@ EXPECTED_JOBS = {
 # and MoA's Figure 4 (moa_batching and its figure)
 # every scale: evaluate_lmeval converts its model itself; convert_mla saves only the models
 # other jobs read (healing's SVD student, the decode-speed conversions): 2 at every scale
-TOTALS = {"ci": 232, "config": 301, "paper": 1406}
+TOTALS = {"ci": 238, "config": 301, "paper": 1406}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -531,6 +532,38 @@ def test_moa_batching_errors_name_the_key(configs, schema, edit, message) -> Non
     cfg["moa"]["batching"] = {**cfg["moa"]["batching"], **edit}
     with pytest.raises(ConfigError, match=message):
         Plan(validate(cfg, schema))
+
+
+def test_moa_repeats_retrain_every_table_5_head_under_its_own_seed(configs, schema) -> None:
+    """moa.ablation.repeats R: every head of the target again as repeats 1 .. R-1, trained
+    from its own declaration under a seed split from the run's, decoded with the ablation
+    heads; repeat 0 keeps the run's seed and path; the second target gets no repeats."""
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["moa"]["ablation"]["repeats"] = 3
+    plan = Plan(validate(cfg, schema))
+    moa = plan.moa
+    names = list(moa.declarations())
+    assert moa.drafters_of(moa.target) == [*names, *(f"{d}.repeat{r}" for r in (1, 2)
+                                                     for d in names)]  # fmt: skip
+    assert moa.drafters_of(moa.alt["target"]) == list(moa.alt["drafters"])
+    job = plan.params("moa_train")
+    seeds = {r: job(SimpleNamespace(model="target", drafter=d))["seed"]
+             for r, d in enumerate(["eagle", "eagle.repeat1", "eagle.repeat2"])}  # fmt: skip
+    assert seeds[0] == cfg["seed"] and len(set(seeds.values())) == 3
+    assert (
+        job(SimpleNamespace(model="target", drafter="eagle.repeat1"))["drafter"]
+        == job(SimpleNamespace(model="target", drafter="eagle"))["drafter"]
+    )
+    settings = moa.bench_settings(SimpleNamespace(model="target"))
+    assert settings["ablations"][-1] == f"{names[-1]}.repeat2"
+    assert settings["drafters"] == list(moa.moa["drafters"])  # trees: the heads read by tables
+    inputs = moa.bench_inputs(SimpleNamespace(model="target"))
+    assert inputs["head_ours.repeat2"] == "results/moa/target/heads/ours.repeat2.pt"
+    assert "results/moa/target/heads/ours.repeat2.pt" in dag_jobs(plan.config)["moa_train"]
+    assert (
+        next(i for i in plan.report_items() if i.rule == "report_moa_table_5").params["repeats"]
+        == 3
+    )
 
 
 def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:

@@ -15,6 +15,8 @@ from kvspec.report.moa import (
     render_table_8,
     render_table_9,
     render_table_10,
+    seed_runs,
+    seed_separation,
     separation,
     table_2,
     table_8,
@@ -28,7 +30,7 @@ PAPER = REPO / "config" / "paper_results"
 ITEM = {"labels": {"ours": "Ours (TLI=0)", "eagle": "EAGLE-2", "independent": "Independent"},
         "sets": {"humaneval": "HumanEval", "gsm8k": "GSM8K"}, "chain_k": 4,
         "tree": {"depth": 3, "topk": 2, "total": 6}, "max_new_tokens": 64,
-        "models": ["target", "target_alt"]}  # fmt: skip
+        "models": ["target", "target_alt"], "repeats": 1}  # fmt: skip
 
 
 def _summary() -> pd.DataFrame:
@@ -122,6 +124,45 @@ def test_table_5_gives_tau_its_prompt_sampling_error(heads, tmp_path) -> None:
     md = Path(out["md"]).read_text()
     assert " ± " in md and "accept_len stderr (ours)" in Path(out["csv"]).read_text()
     assert "2 of 3 pairs differ by more than 2 SE; not separated: Ours (TLI=0) / EAGLE-2" in md
+
+
+def _with_repeats(summary: pd.DataFrame) -> pd.DataFrame:
+    """The summary with each head's chain retrained once (repeat 1): τ +0.05 for EAGLE, -0.05
+    for the others, speedup unchanged."""
+    chains = summary[summary["method"].str.endswith("/chain")].copy()
+    chains["accept_len"] += [0.05 if m.startswith("eagle") else -0.05 for m in chains["method"]]
+    chains["method"] = chains["method"].str.replace("/chain", ".repeat1/chain")
+    return pd.concat([summary, chains], ignore_index=True)
+
+
+def test_table_5_reports_tau_over_training_runs(heads, tmp_path) -> None:
+    """Retrained heads ("<head>.repeat<r>/chain") are not rows of their own: each head's row
+    lists τ and speedup per training run, and the note says which heads' τ ranges overlap."""
+    summary = _with_repeats(_summary())
+    labels = {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in ITEM["labels"].items()}
+    runs = seed_runs(summary, "humaneval", labels).set_index("drafter")
+    assert runs.loc["EAGLE", "accept_len_runs"] == pytest.approx([3.2, 3.25])
+    assert runs.loc["Ours (TLI=0)", "accept_len_runs"] == pytest.approx([2.2, 2.15])
+    text = seed_separation(runs.reset_index())
+    assert "trained 2-2 times" in text and "range over a head's runs is 0.050-0.050" in text
+    assert "3 of 3 pairs of heads have τ ranges that do not overlap" in text
+    close = runs.reset_index()
+    close.loc[0, "accept_len_runs"] = [2.2, 3.3]  # Ours (TLI=0) now spans EAGLE's range
+    assert "2 of 3 pairs" in seed_separation(close)
+    assert "not measured" in seed_separation(seed_runs(_summary(), "humaneval", labels))
+    path = tmp_path / "bench.csv"
+    summary.to_csv(path, index=False)
+    out = {"csv": str(tmp_path / "t5.csv"), "md": str(tmp_path / "t5.md")}
+    render_table_5(
+        {**ITEM, "repeats": 2},
+        {"summary": [str(path)], "runs": [heads], "paper": [str(PAPER / "moa_table_5.csv")]},
+        out,
+    )
+    table = pd.read_csv(out["csv"])
+    assert not table["drafter"].str.contains("repeat").any()
+    eagle = table.set_index("drafter").loc["EAGLE"]
+    assert eagle["accept_len per training run (ours)"] == "3.200, 3.250"
+    assert "3 of 3 pairs of heads" in Path(out["md"]).read_text()
 
 
 def test_separation_pairs_drafters_on_their_common_prompts() -> None:

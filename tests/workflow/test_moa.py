@@ -22,7 +22,28 @@ def _heads(moa: dict) -> list[tuple[str, str, dict]]:
     main = [("target", n, d) for n, d in moa["drafters"].items()]
     ablation = [("target", n, d) for n, d in moa["ablation"]["drafters"].items()]
     alt = [(moa["alt"]["target"], n, moa["drafters"][n]) for n in moa["alt"]["drafters"]]
-    return main + ablation + alt
+    return main + ablation + alt + _repeats(moa)
+
+
+def _repeats(moa: dict) -> list[tuple[str, str, dict]]:
+    """Table 5's retrainings: every head of the target again, repeats 1 .. R-1."""
+    heads = {**moa["drafters"], **moa["ablation"]["drafters"]}
+    return [("target", f"{n}.repeat{r}", d) for r in range(1, moa["ablation"]["repeats"])
+            for n, d in heads.items()]  # fmt: skip
+
+
+def test_retrained_heads_differ_from_the_heads_tables_read(ci_run: Path, ci_config: dict) -> None:
+    """A retraining is the same head under another seed: same sizes, other weights."""
+    repeats = _repeats(ci_config["moa"])
+    assert repeats  # the ci config exercises the path
+    for model, name, _ in repeats:
+        heads = ci_run / f"results/moa/{model}/heads"
+        again = torch.load(heads / f"{name}.pt", weights_only=False)
+        first = torch.load(heads / f"{name.split('.')[0]}.pt", weights_only=False)
+        assert again["stats"]["trainable_parameters"] == first["stats"]["trainable_parameters"]
+        assert again["state"].keys() == first["state"].keys()
+        assert any(not torch.equal(again["state"][k], first["state"][k])
+                   for k in first["state"])  # fmt: skip
 
 
 def test_every_head_trained_with_its_sizes(ci_run: Path, ci_config: dict) -> None:
@@ -52,6 +73,7 @@ def test_every_drafter_equals_greedy_on_every_set(ci_run: Path, ci_config: dict)
             expected = {"greedy", *moa["baselines"], *(f"{d}/{m}" for d in heads for m in modes)}
             if name == ablation_set:
                 expected |= {f"{d}/chain" for d in moa["ablation"]["drafters"]}
+                expected |= {f"{d}/chain" for _, d, _ in _repeats(moa)}
                 sweep = moa["vocab_sweep"]  # one head over other drafting vocabularies
                 expected |= {f"{sweep['drafter']}/tree/vocab{n or 'full'}" for n in sweep["sizes"]}
             assert set(rows["method"]) == expected, name
@@ -63,7 +85,13 @@ def test_every_drafter_equals_greedy_on_every_set(ci_run: Path, ci_config: dict)
     sweep = pd.read_csv(report / "moa_vocab_sweep.csv", keep_default_na=False)
     assert list(sweep["drafting_vocab"].astype(str)) == ["", "64", "256", "full"]
     assert "Ours (TLI=0)" in (report / "moa_table_2.csv").read_text()
-    assert "EAGLE (more layers)" in (report / "moa_table_5.csv").read_text()
+    table_5 = pd.read_csv(report / "moa_table_5.csv")
+    assert "EAGLE (more layers)" in set(table_5["drafter"])
+    assert not table_5["drafter"].str.contains("repeat").any()  # runs are columns, not rows
+    runs = table_5.dropna(subset=["accept_len per training run (ours)"])
+    assert len(runs) == len(moa["drafters"]) + len(moa["ablation"]["drafters"])
+    assert all(len(r.split(", ")) == moa["ablation"]["repeats"]
+               for r in runs["accept_len per training run (ours)"])  # fmt: skip
 
 
 def test_every_answer_of_the_scored_sets_is_scored(ci_run: Path, ci_config: dict) -> None:

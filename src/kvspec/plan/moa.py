@@ -14,7 +14,9 @@ from typing import Any
 
 from kvspec.plan import paths
 from kvspec.plan.items import Output, ReportItem, figure_outputs, table_outputs
+from kvspec.plan.names import HeadRun
 from kvspec.plan.spec import index_inputs
+from kvspec.seeds import derive
 
 CATEGORY = "Mixture of Attentions drafters (document 002)"
 # report stem -> (renderer, label); tables 1 and 6 are the document's own (transcribed)
@@ -36,6 +38,7 @@ class MoAPlan:
         self.moa = config["moa"]
         self.target: str = self.moa["target"]
         self.ablation: Mapping[str, Any] = self.moa.get("ablation") or {}
+        self.repeats: int = self.ablation["repeats"] if self.ablation else 1
         self.alt: Mapping[str, Any] = self.moa.get("alt") or {}
         sweep = self.moa.get("vocab_sweep")
         self.vocab_sweep = dict(sweep, sizes=list(sweep["sizes"])) if sweep else None
@@ -52,10 +55,24 @@ class MoAPlan:
         return {**self.moa["drafters"], **(self.ablation.get("drafters") or {})}
 
     def drafters_of(self, model: str) -> list[str]:
-        """The heads trained against `model` (the target: main + ablation; alt: its list)."""
+        """The heads trained against `model` (the target: main + ablation, then Table 5's
+        retrainings; alt: its list)."""
         if model == self.target:
-            return list(self.declarations())
+            return [*self.declarations(), *self.repeat_runs()]
         return list(self.alt["drafters"]) if self.alt and model == self.alt["target"] else []
+
+    def repeat_runs(self) -> list[str]:
+        """Table 5's retrainings: every head of the target again as repeats 1 ..
+        moa.ablation.repeats - 1, each under its own seed (decoded on the ablation set)."""
+        runs = [HeadRun(d, r) for r in range(1, self.repeats) for d in self.declarations()]
+        return [str(run) for run in runs]
+
+    def seed_of(self, wildcards: Any) -> int:
+        """A training job's seed: the run's for a head every table reads (repeat 0), a stream
+        split from it per repeat for Table 5's retrainings."""
+        repeat = HeadRun.parse(wildcards.drafter).repeat
+        return self.config["seed"] if repeat == 0 else derive(self.config["seed"], "moa repeat",
+                                                               repeat)  # fmt: skip
 
     def heads(self) -> list[str]:
         heads = [(m, d) for m in self.models() for d in self.drafters_of(m)]
@@ -85,7 +102,7 @@ class MoAPlan:
 
     def drafter(self, wildcards: Any) -> dict[str, Any]:
         """The declaration of the drafter a training job builds."""
-        decl = self.declarations()[wildcards.drafter]
+        decl = self.declarations()[HeadRun.parse(wildcards.drafter).drafter]
         return {k: v for k, v in decl.items() if k != "label"}
 
     def bench_inputs(self, wildcards: Any) -> dict[str, str]:
@@ -148,7 +165,8 @@ class MoAPlan:
         m, model = self.moa, wildcards.model
         ablation = self.ablation if model == self.target else {}
         return {"drafters": [d for d in self.drafters_of(model) if d in m["drafters"]],
-                "ablations": list(ablation.get("drafters") or {}),
+                "ablations": [*(ablation.get("drafters") or {}),
+                              *(self.repeat_runs() if ablation else [])],
                 "ablation_set": ablation.get("set"), "baselines": list(m["baselines"]),
                 "vocab_sweep": self.vocab_sweep if ablation else None,
                 "chain_sets": m.get("chain_sets"),
@@ -167,7 +185,8 @@ class MoAPlan:
                                              for n, s in self.moa["sets"].items()},
                   "chain_k": self.moa["chain_k"], "tree": self.moa["tree"],
                   "ablation_set": self.ablation.get("set"), "models": self.models(),
-                  "max_new_tokens": self.moa["max_new_tokens"]}  # fmt: skip
+                  "max_new_tokens": self.moa["max_new_tokens"],
+                  "repeats": self.repeats}  # fmt: skip
         runs = {"summary": [self.outputs()[1]], "runs": [self.outputs()[0]]}
         measured = [(MEASURED, runs)]
         if self.quality:

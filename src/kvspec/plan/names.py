@@ -159,6 +159,25 @@ def parse_evaluated(text: str) -> Evaluated:
     return Healed.parse(text) if text.startswith("heal-") else Converted.parse(text)
 
 
+@dataclass(frozen=True, order=True)
+class HeadRun:
+    """One training run of a document-002 head: `drafter` (a key of moa.drafters or
+    moa.ablation.drafters) and `repeat` (0: the head every table reads; r >= 1: Table 5's r-th
+    retraining under its own seed, kvspec.plan.moa.MoAPlan.seed_of)."""
+
+    drafter: str
+    repeat: int = 0
+    PATTERN: ClassVar[str] = r"([a-z0-9_]+?)(?:\.repeat([1-9]\d*))?"
+
+    def __str__(self) -> str:
+        return self.drafter if self.repeat == 0 else f"{self.drafter}.repeat{self.repeat}"
+
+    @classmethod
+    def parse(cls, text: str) -> HeadRun:
+        drafter, repeat = _match(cls.PATTERN, text, "head run").groups()
+        return cls(drafter, int(repeat or 0))
+
+
 def fraction_name(fraction: float) -> str:
     """The path form of an index fraction: 1.0 -> "1", 0.05 -> "0.05"."""
     return f"{fraction:g}"

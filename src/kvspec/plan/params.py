@@ -297,7 +297,8 @@ def _moa_train(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
         return max(1, need(c, "moa_train", wildcards).gpus)
 
     return {"drafter": plan.moa.drafter, "train": plan.moa.train_of, "data": plan.moa.data_of,
-            "loss": c["moa"]["loss"], "processes": processes, **_run(c)}  # fmt: skip
+            "loss": c["moa"]["loss"], "processes": processes, **_run(c),
+            "seed": plan.moa.seed_of}  # fmt: skip
 
 
 def _moa_bench(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
