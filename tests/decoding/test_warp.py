@@ -5,7 +5,7 @@ import torch
 
 from kvspec.decoding import warp as warp_module
 from kvspec.decoding.loop import greedy_generate
-from kvspec.decoding.warp import sample_generate, sample_rows, warp
+from kvspec.decoding.warp import draw, sample_generate, sample_rows, warp
 from tests.tiny import tiny_llama
 
 
@@ -88,3 +88,35 @@ def test_batched_rows_are_the_single_row_samples_of_their_seeds() -> None:
                                 eos_token_id=[stop])[0] for s in seeds]  # fmt: skip
     assert stopped == expected and len(stopped[1]) == 5
     assert any(len(r) == 12 for r in stopped)
+
+
+def test_draw_follows_the_weights_and_never_draws_a_zero() -> None:
+    """`draw` (every sampler's draw): counts of 40,000 draws against p by chi-square, the same
+    law whether or not p sums to 1; a zero weight is never drawn; bad weights are refused."""
+    from scipy.stats import chisquare
+
+    p = torch.tensor([0.0, 0.5, 0.0, 0.2, 0.25, 0.05, 0.0], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(7)
+    for scale in (1.0, 3.0):
+        counts = torch.zeros(len(p))
+        for _ in range(20_000):
+            counts[draw(p * scale, gen)] += 1
+        assert counts[p == 0].sum() == 0
+        support = p > 0
+        assert chisquare(counts[support].numpy(), (p[support] * 20_000).numpy()).pvalue > 1e-3
+    wrong = torch.tensor([0.5, 0.2, 0.2, 0.1], dtype=torch.float64)  # a law it must not follow
+    counts = torch.zeros(4)
+    for _ in range(20_000):
+        counts[draw(torch.tensor([0.25, 0.25, 0.25, 0.25]), gen)] += 1
+    assert chisquare(counts.numpy(), (wrong * 20_000).numpy()).pvalue < 1e-6
+    for bad in ([0.0, 0.0], [0.5, float("nan")], [1.0, -0.1], [float("inf"), 1.0]):
+        with pytest.raises(ValueError, match="draw: weights"):
+            draw(torch.tensor(bad, dtype=torch.float64), gen)
+
+
+def test_draw_is_seeded() -> None:
+    p = torch.softmax(torch.randn(49_152, generator=torch.Generator().manual_seed(0)), -1)
+    a = [draw(p, torch.Generator().manual_seed(3)) for _ in range(3)]
+    gen = torch.Generator().manual_seed(3)
+    assert a[0] == a[1] == a[2] and draw(p, gen) == a[0]
+    assert len({draw(p, gen) for _ in range(20)}) > 1

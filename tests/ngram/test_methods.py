@@ -110,7 +110,8 @@ def test_sample_mode_variants_are_named_and_not_compared(setup, prompts):
     records = run_benchmark(methods, prompts[:1])
     mark_divergence(setup.target, records, prompts)
     sampled = [r for r in records if r["method"].endswith("@sample")]
-    assert sampled[0]["exact"] is None and len(sampled[0]["tokens"]) == NEW
+    assert sampled[0]["exact"] is None  # a sample is not compared with greedy
+    assert 0 < len(sampled[0]["tokens"]) <= NEW  # (it may draw a stop before the budget)
 
 
 def test_a_draft_confidence_cut_off_keeps_sd_draft_exact_and_drafts_less(setup, prompts):

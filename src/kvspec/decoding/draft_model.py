@@ -18,7 +18,7 @@ from kvspec.decoding.tree import (
     tree_shape,
     visible_slots,
 )
-from kvspec.decoding.warp import warp
+from kvspec.decoding.warp import draw, warp
 
 
 class DraftModelDrafter:
@@ -114,7 +114,7 @@ class DraftModelDrafter:
             probs[token] = 1.0
             return token, probs
         probs = warp(logits, self.temperature, self.top_p)  # (V,)
-        return int(torch.multinomial(probs, 1, generator=self.generator)), probs
+        return draw(probs, self.generator), probs
 
 
 def _rows_to_dicts(q: torch.Tensor) -> list[Dist]:

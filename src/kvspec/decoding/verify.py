@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import torch
 
+from kvspec.decoding.warp import draw
+
 Dist = dict[int, float]
 
 
@@ -77,7 +79,7 @@ def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def _sample(p: torch.Tensor, generator: torch.Generator | None) -> int:
-    return int(torch.multinomial(p, 1, generator=generator))
+    return draw(p, generator)
 
 
 def verify_resample_model(

@@ -18,6 +18,7 @@ from scipy.stats import chi2
 from kvspec.decoding.draft_model import DraftModelDrafter
 from kvspec.decoding.loop import speculative_generate
 from kvspec.decoding.verify import residual, verify_resample_model, verify_sampling
+from kvspec.decoding.warp import draw
 from kvspec.seeds import derive
 
 Verifier = Callable[[torch.Tensor, list[int], torch.Tensor, torch.Generator], tuple[int, int]]
@@ -34,7 +35,7 @@ BINARY_P, BINARY_Q = [[0.7, 0.3]], [[0.4, 0.6], [0.5, 0.5]]  # the proof's {A, B
 def accept_all(target: torch.Tensor, drafts: list[int], q: torch.Tensor,
                gen: torch.Generator) -> tuple[int, int]:  # fmt: skip
     """Wrong: keeps every draft (outputs follow the draft distribution)."""
-    return len(drafts), int(torch.multinomial(target[len(drafts)].double(), 1, generator=gen))
+    return len(drafts), draw(target[len(drafts)], gen)
 
 
 VERIFIERS: dict[str, Verifier] = {
@@ -57,7 +58,7 @@ def simulate(p_rows: list[list[float]], q_rows: list[list[float]], verifier: Ver
     drafted = [Counter() for _ in p_rows]
     accepted = [Counter() for _ in p_rows]
     for _ in range(trials):
-        drafts = [int(torch.multinomial(row, 1, generator=draft_gen)) for row in p]
+        drafts = [draw(row, draft_gen) for row in p]
         n_acc, nxt = verifier(q, drafts, p, verify_gen)
         for i, token in enumerate(drafts[: n_acc + 1]):
             drafted[i][token] += 1
