@@ -130,11 +130,16 @@ def table_2(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
     return _first_match_only(table, ["drafter"], [f"{m} (ours)" for m in metrics])
 
 
+def _humaneval_labels(item: Mapping[str, Any]) -> dict[str, str]:
+    """Drafter labels of Tables 5 and 10, where the document calls EAGLE-2's head EAGLE."""
+    return {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in item["labels"].items()}
+
+
 def table_humaneval(summary: pd.DataFrame, item: Mapping[str, Any], runs: str,
                     paper_csv: str, mode: str, with_decoding: bool) -> pd.DataFrame:  # fmt: skip
     """Tables 5 (chain) and 10 (tree): HumanEval tokens/s and τ per drafter (+ greedy), τ with
     its prompt-sampling standard error (`accept_len stderr (ours)`)."""
-    labels = {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in item["labels"].items()}
+    labels = _humaneval_labels(item)
     human = summary[summary["set"] == "humaneval"]
     rows = _rows(human, labels, mode)
     per_prompt = prompt_counts(runs, "humaneval")
@@ -240,7 +245,7 @@ def render_table_5(item: Mapping[str, Any], inputs: Mapping[str, list[str]],
     chains = {m: item["labels"].get(m.split("/")[0], m.split("/")[0])
               for m in summary.loc[summary["set"] == "humaneval", "method"]
               if m.endswith("/chain") and _run_of(m).repeat == 0}  # fmt: skip
-    labels = {k: ("EAGLE" if v == "EAGLE-2" else v) for k, v in item["labels"].items()}
+    labels = _humaneval_labels(item)
     runs = seed_runs(summary, "humaneval", labels)
     if item["repeats"] > 1:
         columns = _run_columns(runs)
