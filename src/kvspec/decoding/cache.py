@@ -48,14 +48,31 @@ def layer_kv(cache: Any, start: int, end: int) -> torch.Tensor:
 
 def keep_positions(cache: Any, index: Sequence[int]) -> None:
     """Keep the cache positions `index` (in this order) of every layer of a DynamicCache (a
-    sliding-window layer only while it still holds every position)."""
-    idx = torch.tensor(list(index), dtype=torch.long)
+    sliding-window layer only while it still holds every position).
+
+    Positions that stay where they are (the leading run index[i] == i: a tree step's prefix)
+    are not copied; only the rest is gathered and written after them, in place, and the
+    layer then views the first len(index) slots (a tree step used to copy its whole cache).
+    """
+    index = list(index)
+    same = common_prefix(index, list(range(len(index))))
+    tail = torch.tensor(index[same:], dtype=torch.long)
     for layer in cache.layers:
         check_full(layer)
-        layer.keys = layer.keys.index_select(-2, idx.to(layer.keys.device))
-        layer.values = layer.values.index_select(-2, idx.to(layer.values.device))
+        layer.keys = _kept(layer.keys, same, tail)
+        layer.values = _kept(layer.values, same, tail)
         if hasattr(layer, "cumulative_length"):
-            layer.cumulative_length = len(idx)
+            layer.cumulative_length = len(index)
+
+
+def _kept(states: torch.Tensor, same: int, tail: torch.Tensor) -> torch.Tensor:
+    """`states` (..., T, d) with slots same, same + 1, ... holding the positions `tail`
+    (gathered before any is overwritten), as a view of its first same + len(tail) slots."""
+    if len(tail):
+        moved = states.index_select(-2, tail.to(states.device))
+        with torch.inference_mode(states.is_inference()):  # a cache filled in either mode
+            states[..., same : same + len(tail), :] = moved
+    return states[..., : same + len(tail), :]
 
 
 def check_full(layer: Any, more: int = 0) -> None:
