@@ -584,6 +584,9 @@ def test_moa_alt_target_gets_its_heads_job_and_capped_sets(plans) -> None:
     assert moa.train_of(main) == moa.moa["train"]
     assert moa.train_of(second) == {**moa.moa["train"], **moa.alt["train"]} != moa.train_of(main)
     assert moa.data_of(second)["state_cache"] == f"results/moa/{alt}/states"
+    assert moa.data_of(main) == {**moa.moa["data"], "state_cache": "results/moa/target/states"}
+    assert moa.data_of(second) == {**moa.moa["data"], **moa.alt["data"],
+                                   "state_cache": f"results/moa/{alt}/states"}  # fmt: skip
 
 
 def test_moa_heads_cache_the_targets_states_except_at_paper_scale(plans) -> None:

@@ -97,8 +97,11 @@ class MoAPlan:
         return {**self.moa["train"], **extra}
 
     def data_of(self, wildcards: Any) -> dict[str, Any]:
-        """moa.data and where the target's state cache lives."""
-        return {**self.moa["data"], "state_cache": paths.MOA_STATES.format(model=wildcards.model)}
+        """moa.data (moa.alt.data's keys over it for the second target) and where the
+        target's state cache lives."""
+        extra = (self.alt.get("data") or {}) if wildcards.model != self.target else {}
+        cache = paths.MOA_STATES.format(model=wildcards.model)
+        return {**self.moa["data"], **extra, "state_cache": cache}
 
     def drafter(self, wildcards: Any) -> dict[str, Any]:
         """The declaration of the drafter a training job builds."""
