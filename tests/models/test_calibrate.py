@@ -11,13 +11,14 @@ import torch
 
 from kvspec.models import distil
 from kvspec.models.calibrate import (
+    _overlaps,
     best_temperature,
     calibrate,
     fold_temperature,
     overlap_by_temperature,
 )
 from kvspec.models.distil import teacher_targets
-from kvspec.models.draft_vocab import attach_reduced_head
+from kvspec.models.draft_vocab import attach_reduced_head, readout_logits
 
 from ..tiny import tiny_llama
 from .distil_data import VOCAB
@@ -84,6 +85,37 @@ def test_a_reduced_head_is_calibrated_over_its_tokens(teacher, seqs) -> None:
     assert all(0 < a <= 1 for a in alphas.values())
     fold_temperature(draft, 0.5)
     torch.testing.assert_close(head.weight.detach(), rows / 0.5)
+
+
+def test_the_overlap_matches_the_full_log_softmax_reference(teacher, seqs) -> None:
+    """The fit's per-τ overlap (log-probs formed only at the teacher's top-k) equals
+    `kd_targets.overlap` of the full log_softmax(z / τ), token-weighted, on a reduced head."""
+    import torch.nn.functional as F
+
+    from kvspec.models.kd_targets import batch_targets, overlap, restrict_targets
+    from kvspec.models.packing import make_batch
+
+    targets, _ = teacher_targets(teacher, seqs, top_k=6, tau=1.0, batch_size=4)
+    draft = copy.deepcopy(teacher)
+    torch.manual_seed(3)
+    with torch.no_grad():  # a draft unlike its teacher
+        draft.lm_head.weight.add_(torch.randn_like(draft.lm_head.weight))
+    head = attach_reduced_head(draft, list(range(1, VOCAB, 3)))
+    grid = [0.5, 0.8, 1.0, 1.7]
+    alphas = overlap_by_temperature(draft, seqs, targets, grid, batch_size=3)
+    batch = make_batch(seqs, 0)
+    with torch.no_grad():
+        hidden = batch.learned(draft.base_model(**batch.inputs(draft)).last_hidden_state)
+        logits = readout_logits(draft, hidden).float()
+    every = torch.ones(len(logits), dtype=torch.bool)
+    tgt = restrict_targets(batch_targets(targets, seqs, "cpu"), every, head.to_draft())
+    blocks = _overlaps(logits, tgt, grid, rows=5)  # several cache blocks
+    for tau in grid:
+        want = float(overlap(F.log_softmax(logits / tau, dim=-1), tgt).mean())
+        assert alphas[tau] == pytest.approx(want, rel=1e-5)
+        assert blocks[tau] / len(logits) == pytest.approx(want, rel=1e-5)
+    assert len(logits) > 10
+    assert len(set(np.round(list(alphas.values()), 6))) == len(grid)  # τ changes the overlap
 
 
 def test_ties_keep_the_temperature_closest_to_one() -> None:
