@@ -118,6 +118,20 @@ def test_the_overlap_matches_the_full_log_softmax_reference(teacher, seqs) -> No
     assert len(set(np.round(list(alphas.values()), 6))) == len(grid)  # τ changes the overlap
 
 
+def test_the_fit_runs_the_forward_in_the_training_dtype(teacher, seqs) -> None:
+    """Under bfloat16 the overlaps are computed anew (not equal to float32's) and stay within
+    its round-off of them; the draft's weights stay float32."""
+    targets, _ = teacher_targets(teacher, seqs, top_k=6, tau=1.0, batch_size=4)
+    draft = copy.deepcopy(teacher)
+    grid = [0.5, 1.0, 2.0]
+    exact = overlap_by_temperature(draft, seqs, targets, grid)
+    half = overlap_by_temperature(draft, seqs, targets, grid, dtype="bfloat16")
+    assert half != exact
+    for tau in grid:
+        assert half[tau] == pytest.approx(exact[tau], abs=0.02)
+    assert next(draft.parameters()).dtype == torch.float32
+
+
 def test_ties_keep_the_temperature_closest_to_one() -> None:
     assert best_temperature({0.8: 0.5, 1.0: 0.5, 1.3: 0.5}) == 1.0
     assert best_temperature({0.7: 0.51, 1.0: 0.5}) == 0.7

@@ -145,6 +145,25 @@ def test_bfloat16_teacher_pass_is_close_and_cached_apart(teacher, seqs, tmp_path
         torch.testing.assert_close(got_lp, want_lp, atol=0.05, rtol=0)
 
 
+def test_teacher_top_k_is_the_log_softmax_reference() -> None:
+    """The teacher pass's top-k equals log_softmax -> topk -> logsumexp of the rest, on rows
+    so peaked that e^(log p) of the rest underflows in float32 (the shift must be kept) and at
+    τ ≠ 1; at full k the rest is empty."""
+    torch.manual_seed(0)
+    logits = torch.randn(40, 300) * 3
+    logits[:10, 7] += 130.0  # the other 299 tokens share ~e^-120 of the mass
+    for tau in (1.0, 2.0):
+        ids, values, rest = distil._topk(logits, 16, tau)
+        logp = F.log_softmax(logits / tau, dim=-1)
+        top = logp.topk(16, dim=-1)
+        want = torch.logsumexp(logp.scatter(-1, top.indices, float("-inf")), dim=-1)
+        assert torch.equal(ids, top.indices) and torch.equal(values, top.values)
+        torch.testing.assert_close(rest, want, rtol=1e-6, atol=1e-5)
+        assert float(rest[:10].max()) < -104 / tau  # e^rest is below float32's range at τ = 1
+    _, _, none = distil._topk(logits, 300, 1.0)
+    assert torch.equal(none, torch.full((40,), float("-inf")))
+
+
 def test_topk_kl_is_the_full_kl_at_full_k_and_a_lower_bound_below(teacher, seqs) -> None:
     student = build_student(ARCH, teacher, seed=1, init="random")
     batch = make_batch(seqs[:4])

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from kvspec.models.draft_vocab import readout_logits, reduced_head
 from kvspec.models.kd_targets import Targets, batch_targets, restrict_targets
+from kvspec.models.load import compute_dtype
 from kvspec.models.packing import make_batch
 
 if TYPE_CHECKING:
@@ -38,9 +39,12 @@ def overlap_by_temperature(
     temperatures: Sequence[float],
     batch_size: int = 8,
     pad_id: int = 0,
+    dtype: str = "float32",
 ) -> dict[float, float]:
     """Token-weighted mean of Σ min(p_T, q_τ) over the teacher's top-k tokens of `seqs`
-    (q_τ = softmax(z / τ) of the student's logits z) for each τ in `temperatures`."""
+    (q_τ = softmax(z / τ) of the student's logits z) for each τ in `temperatures`; the
+    student's forward in `dtype` (bfloat16: under autocast, as it trained; on `draft` the
+    overlaps move by < 5e-5 and the fit takes 17.7 s instead of 35.2, 2026-12-06)."""
     if not seqs:
         raise ValueError("no sequences to fit a temperature on")
     was_training = student.training
@@ -51,8 +55,9 @@ def overlap_by_temperature(
     for i in tqdm(range(0, len(seqs), batch_size), desc="calibrate", mininterval=10):
         chunk = seqs[i : i + batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
-        hidden = batch.learned(student.base_model(**batch.inputs(student)).last_hidden_state)
-        logits = readout_logits(student, hidden).float()
+        with compute_dtype(student.device, dtype):
+            hidden = student.base_model(**batch.inputs(student)).last_hidden_state
+            logits = readout_logits(student, batch.learned(hidden)).float()
         everything = torch.ones(len(logits), dtype=torch.bool, device=logits.device)
         tgt = restrict_targets(batch_targets(targets, chunk, student.device), everything, to_draft)
         for tau, value in _overlaps(logits, tgt, temperatures).items():
@@ -109,9 +114,12 @@ def calibrate(
     temperatures: Sequence[float],
     batch_size: int = 8,
     pad_id: int = 0,
+    dtype: str = "float32",
 ) -> dict[str, object]:
-    """Fit τ on `seqs` (training sequences), fold it into `student`; the fit's record."""
-    alphas = overlap_by_temperature(student, seqs, targets, temperatures, batch_size, pad_id)
+    """Fit τ on `seqs` (training sequences) with the student's forward in `dtype`, fold it
+    into `student`; the fit's record."""
+    alphas = overlap_by_temperature(student, seqs, targets, temperatures, batch_size, pad_id,
+                                    dtype)  # fmt: skip
     tau = best_temperature(alphas)
     fold_temperature(student, tau)
     log.info("draft temperature %.3g: fit overlap %.4f (%.4f at 1)", tau, alphas[tau],

