@@ -145,6 +145,31 @@ def test_bfloat16_teacher_pass_is_close_and_cached_apart(teacher, seqs, tmp_path
         torch.testing.assert_close(got_lp, want_lp, atol=0.05, rtol=0)
 
 
+def test_the_teacher_cache_holds_across_load_paths_not_across_teachers(
+    teacher, seqs, tmp_path, monkeypatch
+) -> None:
+    """The same teacher saved at two paths shares one cached pass (its config records where
+    it was loaded from); a teacher with another config gets a pass of its own."""
+    from transformers import AutoModelForCausalLM
+
+    spec = DistilSpec.from_config(DECL["train"], seed=0)
+    for name in ("a", "b"):
+        teacher.save_pretrained(tmp_path / name)
+    first, second = (AutoModelForCausalLM.from_pretrained(tmp_path / n) for n in ("a", "b"))
+    assert first.config._name_or_path != second.config._name_or_path
+    cache = tmp_path / "cache"
+    want, _, _ = distil.cached_teacher_targets(first, seqs[:3], spec, batch_size=2, cache_dir=cache)
+    calls = []
+    real = distil.teacher_targets
+    monkeypatch.setattr(distil, "teacher_targets", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got, _, _ = distil.cached_teacher_targets(second, seqs[:3], spec, batch_size=2, cache_dir=cache)
+    assert not calls and len(list(cache.glob("*.pt"))) == 1
+    assert all(torch.equal(want[k][1], got[k][1]) for k in want)
+    second.config.rms_norm_eps *= 2
+    distil.cached_teacher_targets(second, seqs[:3], spec, batch_size=2, cache_dir=cache)
+    assert calls == [1] and len(list(cache.glob("*.pt"))) == 2
+
+
 def test_teacher_top_k_is_the_log_softmax_reference() -> None:
     """The teacher pass's top-k equals log_softmax -> topk -> logsumexp of the rest, on rows
     so peaked that e^(log p) of the rest underflows in float32 (the shift must be kept) and at

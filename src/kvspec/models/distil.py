@@ -488,9 +488,11 @@ def cached_teacher_targets(
     """`teacher_targets` of `seqs` computed in `dtype`, read from `cache_dir` when a file was
     written there for the same sequences, settings, dtype and teacher (named by their hash:
     drafts of one teacher with the same data settings share one teacher pass, and a resumed
-    run skips it); (targets, argmax agreement, seconds spent here)."""
+    run skips it; the teacher's config without the path it was loaded from, so the cache
+    holds wherever the run starts); (targets, argmax agreement, seconds spent here)."""
     t0 = time.perf_counter()
-    key = [[s.ids for s in seqs], spec.top_k, spec.tau, teacher.config.to_dict()]
+    config = {k: v for k, v in teacher.config.to_dict().items() if k != "_name_or_path"}
+    key = [[s.ids for s in seqs], spec.top_k, spec.tau, config]
     tag = config_hash(key if dtype == "float32" else [*key, dtype])  # float32: earlier names
     cache = cache_dir / f"{tag}.pt" if cache_dir else None
     if cache and cache.exists():
