@@ -493,7 +493,7 @@ def cached_teacher_targets(
     t0 = time.perf_counter()
     config = {k: v for k, v in teacher.config.to_dict().items() if k != "_name_or_path"}
     key = [[s.ids for s in seqs], spec.top_k, spec.tau, config]
-    tag = config_hash(key if dtype == "float32" else [*key, dtype])  # float32: earlier names
+    tag = config_hash(key if dtype == "float32" else [*key, dtype])  # float32: no dtype in the key
     cache = cache_dir / f"{tag}.pt" if cache_dir else None
     if cache and cache.exists():
         state = torch.load(cache, weights_only=False)
