@@ -6,13 +6,15 @@ from kvspec.models.stages import distil_stage
 
 with log_to(snakemake.log[0]):
     job = snakemake.params.job
-    corpus = {k.removeprefix("corpus_"): v for k, v in snakemake.input.items()
+    named = dict(snakemake.input.items())
+    corpus = {k.removeprefix("corpus_"): v for k, v in named.items()
               if k.startswith("corpus_")}  # fmt: skip
     distil_stage(
         teacher=snakemake.input.teacher,
         responses=snakemake.input.responses,
         **job,
         corpus=corpus,
+        **{k: named[k] for k in ("start", "start_stats") if k in named},  # distil.start
         threads=snakemake.threads,
         out_model=snakemake.output.model,
         out_curve=snakemake.output.curve,

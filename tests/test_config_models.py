@@ -109,8 +109,10 @@ DISTIL = {
 
 @pytest.fixture()
 def distil_config(gguf_config: dict) -> dict:
-    """The GGUF mini config whose draft is distilled from the target."""
+    """The GGUF mini config whose draft is distilled from the target (a fresh one, so mini's
+    draft_mid no longer starts from it)."""
     gguf_config["models"]["draft"] = {"distil": copy.deepcopy(DISTIL)}
+    gguf_config["models"]["draft_mid"]["distil"]["start"] = None
     return gguf_config
 
 
@@ -180,6 +182,55 @@ def test_bad_draft_shape_is_refused(distil_config: dict, schema: dict, edit, mat
     distil_config["models"]["draft"]["distil"].update(edit)
     with pytest.raises(ConfigError, match=f"config key 'models\\.draft\\.{match}"):
         validate(distil_config, schema)
+
+
+def started(distil_config: dict) -> dict:
+    """draft cut from the target's layer 1, draft_mid from layers 0-1 started from draft."""
+    cut = {**copy.deepcopy(DISTIL), "init": "target", "vocab": 64,
+           "arch": {**DISTIL["arch"], "hidden": 64, "layers": 1}}  # fmt: skip
+    distil_config["models"]["draft"]["distil"] = {**cut, "layers": [1]}
+    mid = {**copy.deepcopy(cut), "layers": [0, 1], "start": "draft"}
+    distil_config["models"]["draft_mid"] = {"distil": {**mid, "arch": {**cut["arch"], "layers": 2}}}
+    return distil_config
+
+
+def test_a_draft_may_start_from_another_trained_draft(distil_config: dict, schema: dict) -> None:
+    filled = validate(started(distil_config), schema)
+    assert filled["models"]["draft_mid"]["distil"]["start"] == "draft"
+    assert filled["models"]["draft"]["distil"]["start"] is None
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"start": "nobody"}, "'nobody' is not another distilled model"),
+        ({"start": "draft_mid"}, "'draft_mid' is not another distilled model"),
+        ({"start": "target"}, "'target' is not another distilled model"),
+        ({"vocab": 32}, "'draft' has another vocab"),
+        ({"data": {"max_len": 256}}, "'draft' has another data"),
+        (
+            {"layers": [0, 2], "arch": {**DISTIL["arch"], "hidden": 64, "layers": 2}},
+            r"'draft''s layers \[1\] are not all among \[0, 2\]",
+        ),
+    ],
+)
+def test_a_bad_start_is_refused(distil_config: dict, schema: dict, edit: dict, match: str) -> None:
+    config = started(distil_config)
+    config["models"]["draft_mid"]["distil"].update(edit)
+    with pytest.raises(ConfigError, match=f"'models.draft_mid.distil.start': {match}"):
+        validate(config, schema)
+
+
+def test_a_start_is_one_level_and_both_drafts_are_cut(distil_config: dict, schema: dict) -> None:
+    config = started(distil_config)
+    config["models"]["draft"]["distil"]["init"] = "pca"
+    del config["models"]["draft"]["distil"]["layers"]
+    with pytest.raises(ConfigError, match="both drafts must be cut from the teacher"):
+        validate(config, schema)
+    config = started(distil_config)
+    config["models"]["draft"]["distil"]["start"] = "draft_mid"
+    with pytest.raises(ConfigError, match="'draft_mid' starts from another draft itself"):
+        validate(config, schema)
 
 
 def test_distil_needs_the_spec_block(distil_config: dict, schema: dict) -> None:

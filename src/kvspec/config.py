@@ -221,6 +221,7 @@ def check_distil(config: Mapping[str, Any]) -> None:
                 f"{key}: {teacher!r} answers no prompts; add it to spec.generate.models"
             )
         _check_distil_shape(config, name, spec["distil"])
+        _check_warm_start(config, name, spec["distil"])
 
 
 def _check_distil_shape(config: Mapping[str, Any], name: str, distil: Mapping[str, Any]) -> None:
@@ -237,6 +238,30 @@ def _check_distil_shape(config: Mapping[str, Any], name: str, distil: Mapping[st
     for dataset in distil.get("data", {}).get("corpus", []):
         if datasets.get(dataset, {}).get("kind") != "instruction":
             raise ConfigError(f"{key}.data.corpus': {dataset!r} is not an instruction dataset")
+
+
+def _check_warm_start(config: Mapping[str, Any], name: str, distil: Mapping[str, Any]) -> None:
+    """`start` names another distilled draft of the same teacher, cut from a subset of this
+    one's layers, reading out over the same tokens (same vocab and data), not started from
+    this one."""
+    start = distil.get("start")
+    if not start:
+        return
+    key = f"config key 'models.{name}.distil.start'"
+    other = ((config["models"].get(start) or {}).get("distil")) or {}
+    if start == name or not other:
+        raise ConfigError(f"{key}: {start!r} is not another distilled model")
+    if other.get("start"):
+        raise ConfigError(f"{key}: {start!r} starts from another draft itself (one level only)")
+    if distil.get("init") != "target" or other.get("init") != "target":
+        raise ConfigError(f"{key}: both drafts must be cut from the teacher (init: target)")
+    for field in ("teacher", "vocab", "data"):
+        if other.get(field) != distil.get(field):
+            raise ConfigError(f"{key}: {start!r} has another {field} (both must read out over "
+                              "the same tokens of the same teacher)")  # fmt: skip
+    if not set(other["layers"]) <= set(distil["layers"]):
+        raise ConfigError(f"{key}: {start!r}'s layers {other['layers']} are not all among "
+                          f"{distil['layers']}")  # fmt: skip
 
 
 def kv_width(config: Mapping[str, Any], model: str) -> int | None:

@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from kvspec.care.heal import kd_loss
-from kvspec.decoding.loop import greedy_generate
 from kvspec.models import distil
 from kvspec.models.distil import (
     DistilSpec,
@@ -29,7 +28,7 @@ from kvspec.models.distil import (
     topk_kl,
 )
 
-from .distil_data import HELD_OUT_TOKEN, VOCAB
+from .distil_data import HELD_OUT_TOKEN, VOCAB, stage_teacher
 
 ARCH = {"family": "llama", "hidden": 16, "intermediate": 32, "layers": 1, "heads": 2,
         "kv_heads": 1, "max_position": 64, "tie_embeddings": True}  # fmt: skip
@@ -423,27 +422,11 @@ def test_distil_stage_writes_model_with_teacher_tokenizer(
     (tests/second_device.py: the paper scale distils on GPUs)."""
     from transformers import AutoTokenizer
 
-    from kvspec.decoding.generate import prompt_ids
-    from kvspec.models.build import build_model
     from kvspec.models.load import load_model
     from kvspec.models.stages import distil_stage
-    from kvspec.models.tokenizer import train_tokenizer
 
     device = "cpu" if on == "cpu" else request.getfixturevalue("second_device")
-    tok = train_tokenizer(["def f(x): return x + 1\n" * 20, "hello world " * 20], 300, 64)
-    arch = {**ARCH, "hidden": 32, "intermediate": 64, "layers": 2, "heads": 4, "kv_heads": 2}
-    teacher = build_model(arch, tok, seed=0).eval()
-    teacher_dir = tmp_path / "models" / "target"
-    teacher.save_pretrained(teacher_dir)
-    tok.save_pretrained(teacher_dir)
-    rows = []
-    for i, text in enumerate(["def f", "hello", "return x", "world", "f(x)", "x + 1"]):
-        ids = prompt_ids(tok, text)
-        resp = greedy_generate(teacher, ids, 8, teacher.generation_config.eos_token_id)
-        rows.append({"id": str(i), "split": "index" if i < 5 else "general", "prompt": text,
-                     "prompt_ids": ids, "response_ids": resp})  # fmt: skip
-    responses = tmp_path / "responses.jsonl"
-    responses.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    teacher, tok, teacher_dir, responses = stage_teacher(tmp_path, ARCH)
     corpus = tmp_path / "sft.jsonl"  # one prompt is held out ("x + 1"): never drawn
     corpus.write_text(
         "".join(

@@ -20,7 +20,7 @@ EXPECTED_JOBS = {
            "convert_mla": 2, "convert_allocate": 19, "convert_sensitivity": 5,
            "convert_factorize": 9, "covariance_collect": 6, "ngram_index": 5,
            "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
-           "pretrain_train": 2, "models_distil": 1, "specdecode_draft_quality": 1,
+           "pretrain_train": 2, "models_distil": 2, "specdecode_draft_quality": 1,
            "report_draft_quality": 1, "heal_ablation": 3, "pipeline_pair": 1},
     "config": {"evaluate_lmeval": 44, "evaluate_original": 2, "evaluate_healed": 6,
                "convert_mla": 2, "convert_allocate": 31, "convert_sensitivity": 16,
@@ -63,7 +63,8 @@ EXPECTED_JOBS = {
 # and MoA's Figure 4 (moa_batching and its figure)
 # every scale: evaluate_lmeval converts its model itself; convert_mla saves only the models
 # other jobs read (healing's SVD student, the decode-speed conversions): 2 at every scale
-TOTALS = {"ci": 238, "config": 301, "paper": 1406}
+# ci: + draft_mid, started from the trained draft, as three-model sampling's intermediary
+TOTALS = {"ci": 239, "config": 301, "paper": 1406}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -258,17 +259,32 @@ def test_humaneval_jobs_read_the_pilots_selection(plans, dags) -> None:
 
 def test_distilled_draft_reads_its_teachers_responses(plans, dags) -> None:
     plan, jobs = plans["ci"], dags["ci"]
-    assert plan.base.distilled == ["draft"] and "draft" not in plan.base.pretrained
+    assert plan.base.distilled == ["draft", "draft_mid"] and "draft" not in plan.base.pretrained
     assert "draft" not in plan.base.hub_models
-    assert jobs["models_distil"] == {"results/models/draft": (
-        "results/models/draft", "results/distil/draft/curve.csv",
-        "results/distil/draft/stats.json")}  # fmt: skip
+    assert jobs["models_distil"] == {f"results/models/{m}": (
+        f"results/models/{m}", f"results/distil/{m}/curve.csv",
+        f"results/distil/{m}/stats.json") for m in ("draft", "draft_mid")}  # fmt: skip
     inputs = plan.base.distil_inputs(SimpleNamespace(model="draft"))
     sets = ("alpaca", "codealpaca", "sharegpt")
     corpus = {f"corpus_{n}": f"results/data/{n}.jsonl" for n in sets}
     assert inputs == {"teacher": "results/models/target",
                       "responses": "results/generate/target/responses.jsonl", **corpus}  # fmt: skip
     assert set(inputs.values()) <= outputs_of(jobs)
+    assert plan.params("models_distil")(SimpleNamespace(model="draft"))["start_layers"] is None
+
+
+def test_a_draft_started_from_another_waits_for_it(plans, dags) -> None:
+    """draft_mid (ci and mini) starts from the trained draft: the draft's model and stats are
+    its inputs, and the draft's layers reach the job."""
+    for scale in ("ci", "config"):
+        plan = plans[scale]
+        wildcards = SimpleNamespace(model="draft_mid")
+        inputs = plan.base.distil_inputs(wildcards)
+        assert inputs["start"] == "results/models/draft"
+        assert inputs["start_stats"] == "results/distil/draft/stats.json"
+        assert set(inputs.values()) <= outputs_of(dags[scale])
+        layers = plan.config["models"]["draft"]["distil"]["layers"]
+        assert plan.params("models_distil")(wildcards)["start_layers"] == layers
 
 
 def test_draft_quality_against_the_teacher(plans) -> None:
@@ -335,6 +351,7 @@ def test_a_distilled_teachers_responses_are_generated(configs, schema) -> None:
     assert responses in outputs_of(jobs)
     assert jobs["models_distil"].keys() == {
         "results/models/draft",
+        "results/models/draft_mid",
         "results/models/draft_alt",
     }
 

@@ -95,16 +95,23 @@ def fold_temperature(model: nn.Module, tau: float) -> None:
     are scaled by 1/τ; a layer tied to the input embedding is untied first."""
     if tau <= 0:
         raise ValueError(f"temperature must be positive, got {tau}")
+    untie_output(model)
+    layer = model.get_output_embeddings()
+    with torch.no_grad():
+        layer.weight.div_(tau)
+        if getattr(layer, "bias", None) is not None:
+            layer.bias.div_(tau)
+
+
+def untie_output(model: nn.Module) -> None:
+    """Give `model` an output layer of its own when it shares the input embedding's weight
+    (a copy of it; the config says so, so a saved model reloads untied)."""
     layer = model.get_output_embeddings()
     if layer.weight is model.get_input_embeddings().weight:
         layer.weight = nn.Parameter(layer.weight.detach().clone())
         model.config.tie_word_embeddings = False
         if hasattr(model.config, "get_text_config"):
             model.config.get_text_config().tie_word_embeddings = False
-    with torch.no_grad():
-        layer.weight.div_(tau)
-        if getattr(layer, "bias", None) is not None:
-            layer.bias.div_(tau)
 
 
 def calibrate(

@@ -48,6 +48,7 @@ from kvspec.models.kd_targets import Targets, batch_targets, overlap, restrict_t
 from kvspec.models.load import compute_dtype, resolve_dtype
 from kvspec.models.optim import adamw, load_state, save_state, warmup_cosine
 from kvspec.models.packing import Batch, make_batch
+from kvspec.models.warm_start import WarmStart, warm_start
 from kvspec.provenance import config_hash
 from kvspec.seeds import derive, numpy_generator
 
@@ -518,9 +519,11 @@ def distil_model(
     seed: int,
     checkpoint: str | Path | None = None,
     corpus: list[Sequence] | None = None,
+    start: WarmStart | None = None,
 ) -> tuple[torch.nn.Module, list[dict[str, float]], dict[str, Any]]:
     """Build, distil and return a student for `decl` (a `models.<name>.distil` block) from
-    the teacher's response records (and the extra `corpus` sequences, trained on only); also
+    the teacher's response records (and the extra `corpus` sequences, trained on only),
+    started from the trained draft `start` where given (`kvspec.models.warm_start`); also
     its curve and a summary (sizes, data, vocabulary, speed)."""
     from kvspec.models.build import count_parameters
 
@@ -548,9 +551,11 @@ def distil_model(
     vocab = draft_vocabulary(teacher, train, targets, decl.get("vocab"))
     if vocab is not None:
         attach_reduced_head(student, vocab)
+    taken = warm_start(student, decl.get("layers") or [], start) if start else None
     student = student.to(teacher.device)
+    started = [start.digest()] if start else []
     fingerprint = config_hash([decl["arch"], decl["init"], decl.get("layers"), vocab, data,
-                               [s.ids for s in train]])  # fmt: skip
+                               [s.ids for s in train], *started])  # fmt: skip
     t0 = time.perf_counter()
     curve = distil_train(student, train, val, spec, targets, ckpt, fingerprint, pad_id)
     last = curve[-1]
@@ -572,12 +577,22 @@ def distil_model(
         "teacher_argmax_agreement": agreement,
         "final": final,
         "calibration": calibration,
+        "warm_start": _started(start, taken),
         "teacher_seconds": teacher_seconds,
         "teacher_dtype": teacher_dtype,
         "train_dtype": spec.dtype,
         "train_seconds_this_run": time.perf_counter() - t0,
     }
     return student.eval(), curve, stats
+
+
+def _started(start: WarmStart | None, taken: Mapping[int, int] | None) -> dict[str, Any] | None:
+    """The stats' record of a warm start: the layers taken (new → trained) and the
+    temperature divided out of the trained draft's readout."""
+    if start is None or taken is None:
+        return None
+    return {"layers_taken": {str(k): v for k, v in taken.items()},
+            "temperature_unfolded": start.temperature}  # fmt: skip
 
 
 def _calibrated(

@@ -4,9 +4,12 @@ tokenizer → token streams → trained model. Each writes its outputs atomicall
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvspec.seeds import derive
+
+if TYPE_CHECKING:
+    from kvspec.models.warm_start import WarmStart
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +113,15 @@ def distil_stage(
     device: str = "cpu",
     dtype: str = "float32",
     corpus: dict[str, str] | None = None,
+    start: str | None = None,
+    start_stats: str | None = None,
+    start_layers: list[int] | None = None,
 ) -> None:
     """Distil a draft from the `teacher` directory on its responses and on the `corpus`
     datasets (name -> normalized JSONL; `decl`: the model's config distil block, its
-    `data.corpus_limit` records drawn); save it with the teacher's tokenizer, its curve and
-    stats."""
+    `data.corpus_limit` records drawn), started from the trained draft in directory `start`
+    where given (cut from the teacher's `start_layers`; its stats file `start_stats` gives the
+    temperature folded into it); save it with the teacher's tokenizer, its curve and stats."""
     from pathlib import Path
 
     import pandas as pd
@@ -129,7 +136,8 @@ def distil_stage(
     model, tokenizer = load_model(teacher, dtype=dtype, device=device)
     records = read_jsonl(responses)
     extra = _corpus(corpus or {}, records, tokenizer, model, decl["data"], seed)
-    student, curve, stats = distil_model(model, records, decl, seed, checkpoint, extra)
+    warm = _warm_start(start, start_stats, start_layers, dtype, device) if start else None
+    student, curve, stats = distil_model(model, records, decl, seed, checkpoint, extra, warm)
     with atomic_path(out_model) as tmp:
         student.cpu().save_pretrained(tmp)  # from the CPU, whatever device trained it
         tokenizer.save_pretrained(tmp)
@@ -137,6 +145,23 @@ def distil_stage(
     write_json(out_stats, {**stats, "provenance": provenance(decl, teacher=teacher)})
     if checkpoint:  # the teacher's targets stay beside it for the other drafts
         Path(checkpoint).unlink(missing_ok=True)
+
+
+def _warm_start(
+    start: str, stats: str | None, layers: list[int] | None, dtype: str, device: str
+) -> WarmStart:
+    """The trained draft a distillation starts from (`kvspec.models.warm_start`)."""
+    import json
+    from pathlib import Path
+
+    from kvspec.models.load import load_model
+    from kvspec.models.warm_start import WarmStart
+
+    if not stats or not layers:
+        raise ValueError("a warm start needs the trained draft's stats file and its layers")
+    calibration = json.loads(Path(stats).read_text()).get("calibration") or {}
+    model, _ = load_model(start, dtype=dtype, device=device)
+    return WarmStart(model, list(layers), float(calibration.get("temperature", 1.0)))
 
 
 def _corpus(

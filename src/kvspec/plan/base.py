@@ -34,16 +34,26 @@ class BasePlan:
 
     def distil_inputs(self, wildcards: Any) -> dict[str, str]:
         """The teacher model, its greedy responses (held-out prompts included; the
-        distillation keeps only the index prompts and drops them from its corpus) and the
-        corpus datasets (`corpus_<name>`)."""
+        distillation keeps only the index prompts and drops them from its corpus), the
+        corpus datasets (`corpus_<name>`) and the trained draft it starts from with its stats
+        (`start`, `start_stats`; only with `distil.start`)."""
         decl = self.config["models"][wildcards.model]["distil"]
         teacher = decl["teacher"]
         corpus = decl["data"]["corpus"] if decl["data"]["corpus_limit"] else []
+        start = decl.get("start")
         return {
             "teacher": paths.MODEL.format(model=teacher),
             "responses": paths.RESPONSES.format(model=teacher),
             **{f"corpus_{n}": paths.DATA.format(dataset=n) for n in corpus},
-        }
+            **({"start": paths.MODEL.format(model=start),
+                "start_stats": paths.DISTIL_STATS.format(model=start)} if start else {}),
+        }  # fmt: skip
+
+    def start_layers(self, wildcards: Any) -> list[int] | None:
+        """The teacher layers the trained draft a distillation starts from was cut from
+        (`models.<model>.distil.start`; None without one)."""
+        start = self.config["models"][wildcards.model]["distil"].get("start")
+        return self.config["models"][start]["distil"]["layers"] if start else None
 
     def hub_id(self, wildcards: Any) -> str:
         return self.config["models"][wildcards.model]["hub"]

@@ -95,7 +95,8 @@ def _models_fetch_packaged(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _models_distil(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
-    return {"decl": _model_of(c, "distil"), "checkpoint": Wild(paths.DISTIL_STATE), **_run(c)}
+    return {"decl": _model_of(c, "distil"), "checkpoint": Wild(paths.DISTIL_STATE),
+            "start_layers": plan.base.start_layers, **_run(c)}  # fmt: skip
 
 
 def _pretrain_corpus(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
