@@ -151,15 +151,13 @@ def _warm_start(
     start: str, stats: str | None, layers: list[int] | None, dtype: str, device: str
 ) -> WarmStart:
     """The trained draft a distillation starts from (`kvspec.models.warm_start`)."""
-    import json
-    from pathlib import Path
-
+    from kvspec.io import read_json
     from kvspec.models.load import load_model
     from kvspec.models.warm_start import WarmStart
 
     if not stats or not layers:
         raise ValueError("a warm start needs the trained draft's stats file and its layers")
-    calibration = json.loads(Path(stats).read_text()).get("calibration") or {}
+    calibration = read_json(stats).get("calibration") or {}
     model, _ = load_model(start, dtype=dtype, device=device)
     return WarmStart(model, list(layers), float(calibration.get("temperature", 1.0)))
 
