@@ -285,6 +285,8 @@ def test_a_draft_started_from_another_waits_for_it(plans, dags) -> None:
         assert set(inputs.values()) <= outputs_of(dags[scale])
         layers = plan.config["models"]["draft"]["distil"]["layers"]
         assert plan.params("models_distil")(wildcards)["start_layers"] == layers
+        rows = {r["model"]: r for r in plan.report_item("report_models").params["rows"]}
+        assert rows["draft_mid"]["start"] == "draft" and rows["draft"]["start"] is None
 
 
 def test_draft_quality_against_the_teacher(plans) -> None:

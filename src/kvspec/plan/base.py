@@ -86,6 +86,7 @@ class BasePlan:
         rows = [
             {"model": m, "role": declared[m].get("role") or m,
              "source": next(s for s in ("gguf", "pretrain", "distil", "hub") if declared[m].get(s)),
+             "start": (declared[m].get("distil") or {}).get("start"),
              "dir": paths.MODEL.format(model=m)}
             for m in self.models
         ]  # fmt: skip

@@ -39,8 +39,13 @@ def model_row(row: dict[str, Any]) -> dict[str, Any]:
         "source": row["source"],
         "weights": source.get("quantization", ""),
         "package": ", ".join(f"{k}=={v}" for k, v in source.get("packages", {}).items()),
-        "note": SOURCE_NOTES[row["source"]],
+        "note": SOURCE_NOTES[row["source"]] + _started_from(row.get("start")),
     }
+
+
+def _started_from(start: str | None) -> str:
+    """A distilled model's start (`distil.start`): which trained draft its weights began as."""
+    return f"; started from the trained draft `{start}`, its shared layers kept" if start else ""
 
 
 def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str, str]) -> None:
