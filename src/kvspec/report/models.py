@@ -49,7 +49,7 @@ def _started_from(start: str | None) -> str:
 
 
 def render(item: dict[str, Any], inputs: dict[str, list[str]], outputs: dict[str, str]) -> None:
-    """The models table of `item["rows"]` ({model, role, source, dir})."""
+    """The models table of `item["rows"]` ({model, role, source, start, dir})."""
     df = pd.DataFrame([model_row(r) for r in item["rows"]])
     notes = ["Roles: the documents' model each one stands in for at this scale."]
     write_table(df, outputs["csv"], outputs["md"], "Models used at this scale", notes)
