@@ -105,7 +105,7 @@ def test_the_overlap_matches_the_full_log_softmax_reference(teacher, seqs) -> No
     alphas = overlap_by_temperature(draft, seqs, targets, grid, batch_size=3)
     batch = make_batch(seqs, 0)
     with torch.no_grad():
-        hidden = batch.learned(draft.base_model(**batch.inputs(draft)).last_hidden_state)
+        hidden = batch.learned(batch.hidden(draft))
         logits = readout_logits(draft, hidden).float()
     every = torch.ones(len(logits), dtype=torch.bool)
     tgt = restrict_targets(batch_targets(targets, seqs, "cpu"), every, head.to_draft())

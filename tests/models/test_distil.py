@@ -27,6 +27,7 @@ from kvspec.models.distil import (
     teacher_targets,
     topk_kl,
 )
+from kvspec.models.packing import shared_length
 
 from .distil_data import HELD_OUT_TOKEN, VOCAB, stage_teacher
 
@@ -124,6 +125,22 @@ def test_kl_is_zero_when_the_student_is_the_teacher(teacher, seqs) -> None:
         assert float(topk_kl(logits, cat, tau=2.0)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_teacher_pass_over_a_shared_prefix_equals_each_sequence_alone(teacher, seqs) -> None:
+    """Sequences that begin with the same 10 tokens (a chat template's system turn): batched,
+    the prefix is computed once (`packing.shared_length`); alone, each computes its own."""
+    head = list(seqs[0].ids[:10])
+    same = [distil.Sequence(f"p{i}", tuple(head + list(s.ids)), s.start + 10)
+            for i, s in enumerate(seqs[:4])]  # fmt: skip
+    assert shared_length(same) == 10
+    batched, _ = teacher_targets(teacher, same, top_k=8, tau=1.0, batch_size=4)
+    alone, _ = teacher_targets(teacher, same, top_k=8, tau=1.0, batch_size=1)
+    for key, (ids, logp, rest) in alone.items():
+        got_ids, got_logp, got_rest = batched[key]
+        assert torch.equal(got_ids, ids)
+        torch.testing.assert_close(got_logp, logp, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got_rest, rest, rtol=1e-5, atol=1e-5)
+
+
 def test_bfloat16_teacher_pass_is_close_and_cached_apart(teacher, seqs, tmp_path) -> None:
     """The autocast teacher pass leaves the teacher's weights as they were, its sorted top-k
     log-probs are within bfloat16 round-off of float32's (ids may swap on near-ties of this
@@ -170,22 +187,26 @@ def test_the_teacher_cache_holds_across_load_paths_not_across_teachers(
 
 
 def test_teacher_top_k_is_the_log_softmax_reference() -> None:
-    """The teacher pass's top-k equals log_softmax -> topk -> logsumexp of the rest, on rows
+    """The teacher pass's top-k equals log_softmax -> topk -> logsumexp of the rest (to float32
+    rounding; its input is overwritten, so each call takes a copy), on rows
     so peaked that e^(log p) of the rest underflows in float32 (the shift must be kept) and at
     τ ≠ 1; at full k the rest is empty."""
     torch.manual_seed(0)
     logits = torch.randn(40, 300) * 3
     logits[:10, 7] += 130.0  # the other 299 tokens share ~e^-120 of the mass
     for tau in (1.0, 2.0):
-        ids, values, rest = distil._topk(logits, 16, tau)
+        ids, values, rest = distil._topk(logits.clone(), 16, tau)
         logp = F.log_softmax(logits / tau, dim=-1)
         top = logp.topk(16, dim=-1)
         want = torch.logsumexp(logp.scatter(-1, top.indices, float("-inf")), dim=-1)
-        assert torch.equal(ids, top.indices) and torch.equal(values, top.values)
+        assert torch.equal(ids, top.indices)
+        torch.testing.assert_close(values, top.values, rtol=1e-6, atol=1e-5)
         torch.testing.assert_close(rest, want, rtol=1e-6, atol=1e-5)
         assert float(rest[:10].max()) < -104 / tau  # e^rest is below float32's range at τ = 1
-    _, _, none = distil._topk(logits, 300, 1.0)
+    ids, values, none = distil._topk(logits.clone(), 300, 1.0)
     assert torch.equal(none, torch.full((40,), float("-inf")))
+    full = F.log_softmax(logits, dim=-1).gather(-1, ids)
+    torch.testing.assert_close(values, full, rtol=1e-6, atol=1e-5)
 
 
 def test_topk_kl_is_the_full_kl_at_full_k_and_a_lower_bound_below(teacher, seqs) -> None:

@@ -56,7 +56,7 @@ def overlap_by_temperature(
         chunk = seqs[i : i + batch_size]
         batch = make_batch(chunk, pad_id).to(student.device)
         with compute_dtype(student.device, dtype):
-            hidden = student.base_model(**batch.inputs(student)).last_hidden_state
+            hidden = batch.hidden(student)
             logits = readout_logits(student, batch.learned(hidden)).float()
         everything = torch.ones(len(logits), dtype=torch.bool, device=logits.device)
         tgt = restrict_targets(batch_targets(targets, chunk, student.device), everything, to_draft)

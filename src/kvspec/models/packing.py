@@ -9,6 +9,15 @@ own: the distillation batches of the mini drafts (8 sequences of 57–184 tokens
 learned position sees exactly what it sees alone in a row, so losses and gradients equal the
 padded layout's up to float rounding (`tests/models/test_packing.py`). A batch whose sequences
 cannot share a row keeps one per row and needs no mask (plain causal attention, as before).
+
+The tokens every sequence of a batch begins with (a chat template's system turn: 24 of
+SmolLM2's tokens, a fifth of the drafts' distillation tokens) are computed once: the batch's
+`prefix` runs alone, its keys and values are shared by every row (`Batch.hidden`), and the rows
+hold only what follows it. A learned position still sees exactly its own sequence, so every
+result is the unshared one's up to float rounding; gradients reach the prefix's keys and values
+from every row. Side by side on the `draft` job's own data (2-core AMD EPYC, 2026-12-07,
+alternating): the teacher pass's forward 1.14x faster (42.7 -> 37.6 s over 46 of its batches
+twice), a training step of 16 sequences 0.434 -> 0.367 s (40 steps each).
 """
 
 from __future__ import annotations
@@ -18,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+# Fewest shared first tokens worth a pass of their own (one more forward per batch).
+MIN_SHARED = 8
 
 
 class Tokens(Protocol):
@@ -41,22 +53,38 @@ class Batch:
     labels: torch.Tensor  # (N,) the next token at each of them
     positions: torch.Tensor | None = None  # (R, W) position of each slot in its sequence
     segments: torch.Tensor | None = None  # (R, W) which sequence of its row a slot holds; -1 pad
+    prefix: torch.Tensor | None = None  # (1, P) the tokens every sequence begins with, if shared
 
     def to(self, device: torch.device | str) -> Batch:
-        move = [None if t is None else t.to(device) for t in (self.positions, self.segments)]
+        move = [None if t is None else t.to(device)
+                for t in (self.positions, self.segments, self.prefix)]  # fmt: skip
         return Batch(self.ids.to(device), self.index.to(device), self.labels.to(device), *move)
 
-    def inputs(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The keyword arguments of `model.base_model` for these rows."""
+    def hidden(self, model: torch.nn.Module) -> torch.Tensor:
+        """(R, W, H) `model.base_model`'s last hidden states of every slot: each sequence's as
+        it computes them alone (the shared prefix's keys and values computed once)."""
+        if self.prefix is None:
+            return model.base_model(**self._inputs(model)).last_hidden_state
+        past = shared_cache(model, self.prefix, len(self.ids))
+        return model.base_model(**self._inputs(model), past_key_values=past,
+                                use_cache=True).last_hidden_state  # fmt: skip
+
+    def _inputs(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The keyword arguments of `model.base_model` for these rows (after the prefix's
+        keys and values, where one is shared)."""
         if self.segments is None:  # one sequence per row: causal attention as it is
             return {"input_ids": self.ids}
         from kvspec.decoding.tree import model_mask, stack_masks, to_device
 
         dtype = next(model.parameters()).dtype
         config = getattr(model.config, "base_config", model.config)
-        masks = [model_mask(config, _allowed(seg), pos.tolist(), pos.tolist(), dtype)
-                 for seg, pos in zip(self.segments.cpu(), self.positions.cpu(), strict=True)]  # type: ignore[union-attr]  # fmt: skip
-        return {"input_ids": self.ids, "position_ids": self.positions,
+        shared = 0 if self.prefix is None else self.prefix.shape[-1]
+        masks = []
+        for seg, pos in zip(self.segments.cpu(), self.positions.cpu(), strict=True):  # type: ignore[union-attr]
+            allowed = torch.cat([torch.ones(len(seg), shared, dtype=torch.bool), _allowed(seg)], 1)
+            query = (pos + shared).tolist()
+            masks.append(model_mask(config, allowed, query, [*range(shared), *query], dtype))
+        return {"input_ids": self.ids, "position_ids": self.positions + shared,
                 "attention_mask": to_device(stack_masks(masks), self.ids.device)}  # fmt: skip
 
     def learned(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -89,8 +117,45 @@ def rows_of(lengths: Sequence[int]) -> list[list[int]]:
     return rows
 
 
-def make_batch(seqs: Sequence[Tokens], pad_id: int = 0) -> Batch:
-    """`seqs` packed into rows (`rows_of`); padding after each row's last sequence."""
+def shared_cache(model: torch.nn.Module, prefix: torch.Tensor, rows: int) -> Any:
+    """A cache holding `prefix`'s (1, P) keys and values at every layer, seen by `rows` rows
+    (expanded, not copied: gradients from every row add up in the prefix's pass). Every layer
+    keeps all of them: the rows' masks apply sliding windows."""
+    from transformers import DynamicCache
+
+    cache = model.base_model(input_ids=prefix, past_key_values=DynamicCache(),
+                             use_cache=True).past_key_values  # fmt: skip
+    every = (rows, -1, -1, -1)
+    return DynamicCache([(layer.keys.expand(every), layer.values.expand(every))
+                         for layer in cache.layers])  # fmt: skip
+
+
+def shared_length(seqs: Sequence[Tokens], least: int = MIN_SHARED) -> int:
+    """How many first tokens every one of `seqs` shares, none learned (at most each one's
+    `start`); 0 below `least` or for fewer than two sequences (nothing to save)."""
+    if len(seqs) < 2:
+        return 0
+    first, n = seqs[0].ids, min(s.start for s in seqs)
+    for s in seqs[1:]:
+        pairs = zip(first[:n], s.ids[:n], strict=True)
+        n = next((i for i, (a, b) in enumerate(pairs) if a != b), n)
+    return n if n >= least else 0
+
+
+def make_batch(seqs: Sequence[Tokens], pad_id: int = 0, share: bool = True) -> Batch:
+    """`seqs` packed into rows (`rows_of`); padding after each row's last sequence. With
+    `share`, the tokens they all begin with (`shared_length`) become the batch's prefix."""
+    shared = shared_length(seqs) if share else 0
+    if not shared:
+        return _packed(seqs, pad_id, masked=False)
+    batch = _packed([_Rest(s, shared) for s in seqs], pad_id, masked=True)
+    batch.prefix = torch.tensor([seqs[0].ids[:shared]], dtype=torch.long)
+    return batch
+
+
+def _packed(seqs: Sequence[Tokens], pad_id: int, masked: bool) -> Batch:
+    """The rows of `seqs`, with positions and segments (a mask) where a row holds several
+    or where `masked`."""
     lengths = [len(s.ids) for s in seqs]
     rows, width = rows_of(lengths), max(lengths)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -109,6 +174,22 @@ def make_batch(seqs: Sequence[Tokens], pad_id: int = 0) -> Batch:
     index = torch.cat([where[i] + torch.arange(s.start, len(s.ids) - 1)
                        for i, s in enumerate(seqs)])  # fmt: skip
     labels = ids.flatten()[index + 1]
-    if len(rows) == len(seqs):  # one sequence per row: no mask needed
+    if len(rows) == len(seqs) and not masked:  # one sequence per row: no mask needed
         return Batch(ids, index, labels)
     return Batch(ids, index, labels, positions, segments)
+
+
+@dataclass(frozen=True)
+class _Rest:
+    """A sequence without its first `cut` tokens (`start` moved with them)."""
+
+    seq: Tokens
+    cut: int
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self.seq.ids[self.cut :])
+
+    @property
+    def start(self) -> int:
+        return self.seq.start - self.cut
