@@ -133,12 +133,13 @@ def shared_cache(model: torch.nn.Module, prefix: torch.Tensor, rows: int) -> Any
 def shared_length(seqs: Sequence[Tokens], least: int = MIN_SHARED) -> int:
     """How many first tokens every one of `seqs` shares, none learned (at most each one's
     `start`); 0 below `least` or for fewer than two sequences (nothing to save)."""
+    from kvspec.decoding.cache import common_prefix
+
     if len(seqs) < 2:
         return 0
-    first, n = seqs[0].ids, min(s.start for s in seqs)
+    first, n = list(seqs[0].ids), min(s.start for s in seqs)
     for s in seqs[1:]:
-        pairs = zip(first[:n], s.ids[:n], strict=True)
-        n = next((i for i, (a, b) in enumerate(pairs) if a != b), n)
+        n = common_prefix(first[:n], list(s.ids[:n]))
     return n if n >= least else 0
 
 
