@@ -267,13 +267,11 @@ def _suffix_reference(ctx: list[int], k: int, max_match: int) -> tuple[int, list
     alive = [e for e in range(best - 1, last) if ctx[e - best + 1 : e + 1] == tail]
     draft: list[int] = []
     for j in range(1, k + 1):
-        alive = [e for e in alive if e + j < len(ctx)]
-        if not alive:
-            break
-        votes = [ctx[e + j] for e in alive]
+        extended = ctx + draft  # a continuation that reaches the present reads the draft
+        votes = [extended[e + j] for e in alive]
         pick = max(dict.fromkeys(votes), key=votes.count)
         draft.append(pick)
-        alive = [e for e in alive if ctx[e + j] == pick]
+        alive = [e for e in alive if extended[e + j] == pick]
     return best, draft
 
 
@@ -291,6 +289,21 @@ def test_request_suffix_drafter_follows_the_longest_earlier_match():
     assert RequestSuffixDrafter(min_match=3).propose(short, 2).tokens == []
     assert RequestSuffixDrafter().propose(short, 2).tokens == [1, 8]
     assert RequestSuffixDrafter().propose([1, 2, 3], 4).tokens == []
+
+
+def test_request_suffix_drafter_repeats_a_loop_past_the_present():
+    # the only earlier occurrence of [5, 5] ends one token back: its copy reaches the present
+    # after one token and goes on with what it drafted (before 2026-12-07: [5] alone)
+    run = RequestSuffixDrafter().propose([7, 5, 5, 5], 4)
+    assert (run.match_len, run.tokens) == (2, [5, 5, 5, 5])
+    assert run.dists == [{5: 1.0}] * 4
+    loop = RequestSuffixDrafter().propose([9, 1, 2, 1, 2], 5)  # period 2: was [1, 2]
+    assert loop.tokens == [1, 2, 1, 2, 1]
+    # both earlier [2, 2] (ending 2 and 1 tokens back) keep voting past the present: every
+    # token has both votes (before: the later one dropped out at the second token, {2: 1/2})
+    both = RequestSuffixDrafter(max_match=2).propose([0, 2, 2, 2, 2], 4)
+    assert (both.match_count, both.tokens) == (2, [2, 2, 2, 2])
+    assert both.dists == [{2: 1.0}] * 4
     with pytest.raises(ValueError, match="min_match"):
         RequestSuffixDrafter(max_match=2, min_match=3)
 

@@ -291,7 +291,10 @@ class RequestSuffixDrafter:
     finds the longest suffix of the context, up to `max_match` tokens, that also ends at
     earlier positions of the context, then follows those occurrences token by token, each
     time taking the continuation most of the surviving ones share (a tie goes to the one
-    that occurs first) and keeping only the occurrences that continue with it. Each token's
+    that occurs first) and keeping only the occurrences that continue with it. An occurrence
+    whose continuation reaches the present goes on with the tokens drafted so far, so inside
+    a loop of period p the draft repeats the loop instead of stopping after p tokens (in a
+    run of one repeated token it drafts k, not 1). Each token's
     `dists` entry is the share of all occurrences continuing through it, so a draft's
     confidence falls where the occurrences disagree; `lengths` is the match length.
     Nothing is drafted when the suffix matched fewer than `min_match` tokens.

@@ -268,34 +268,23 @@ std::pair<int64_t, std::vector<int64_t>> earlier_matches(const std::vector<int64
 // A request-local draft (kvspec.ngram.drafters.RequestSuffixDrafter): follow the earlier
 // occurrences of the context's longest earlier suffix, each token the continuation most of the
 // surviving ones share (a tie to the one whose first survivor comes first), keeping those that
-// continue with it; one survivor left: copy what followed it. Returns (n, occurrences,
-// tokens, per token (ids in first-seen order, their counts)).
+// continue with it. The context is read as extended by the draft so far, so a copy that reaches
+// the present goes on with the tokens it has just drafted (inside a loop of period p the draft
+// repeats the loop instead of stopping after p tokens); every occurrence thus has a next token.
+// Returns (n, occurrences, tokens, per token (ids in first-seen order, their counts)).
 py::tuple suffix_draft(const std::vector<int64_t>& ctx, int64_t max_match, int64_t min_match,
                        int64_t k) {
   auto [n, ends] = earlier_matches(ctx, max_match);
   std::vector<int64_t> tokens;
   std::vector<std::vector<int64_t>> dist_ids, dist_counts;
-  int64_t len = int64_t(ctx.size());
-  if (n >= min_match && k > 0) {
+  if (n >= min_match && k > 0 && !ends.empty()) {
+    std::vector<int64_t> s = ctx;  // ctx + the draft so far; each end < ctx.size() - 1
+    s.reserve(ctx.size() + size_t(k));
     std::vector<int64_t> alive = ends;
     for (int64_t j = 1; j <= k; ++j) {
-      std::vector<int64_t> inside;
-      for (int64_t a : alive)
-        if (a + j < len) inside.push_back(a);
-      alive.swap(inside);
-      if (alive.size() == 1) {
-        int64_t from = alive[0] + j, to = std::min(alive[0] + k + 1, len);
-        for (int64_t p = from; p < to; ++p) {
-          tokens.push_back(ctx[p]);
-          dist_ids.push_back({ctx[p]});
-          dist_counts.push_back({1});
-        }
-        break;
-      }
-      if (alive.empty()) break;
       std::vector<int64_t> ids, counts;  // first-seen order
       for (int64_t a : alive) {
-        int64_t t = ctx[a + j];
+        int64_t t = s[size_t(a + j)];
         auto it = std::find(ids.begin(), ids.end(), t);
         if (it == ids.end()) {
           ids.push_back(t);
@@ -313,8 +302,9 @@ py::tuple suffix_draft(const std::vector<int64_t>& ctx, int64_t max_match, int64
       dist_counts.push_back(counts);
       std::vector<int64_t> kept;
       for (int64_t a : alive)
-        if (ctx[a + j] == pick) kept.push_back(a);
+        if (s[size_t(a + j)] == pick) kept.push_back(a);
       alive.swap(kept);
+      s.push_back(pick);
     }
   }
   return py::make_tuple(n, int64_t(ends.size()), tokens, dist_ids, dist_counts);
