@@ -10,6 +10,7 @@ import pytest
 
 from kvspec.io import write_rows
 from kvspec.report.spec import render_acceptance, render_speed, table_4_8
+from kvspec.report.stats import paired_speed_ratio
 
 from ..conftest import REPO
 
@@ -113,17 +114,36 @@ def _latency(path: Path) -> str:
     return str(path)
 
 
+def _runs(path: Path, seconds: dict[str, list[float]]) -> str:
+    """runs.json of methods timed on the same prompts (64 tokens each)."""
+    records = [{"method": m, "prompt": f"p{i}", "tokens": [0] * 64, "seconds": s}
+               for m, times in seconds.items() for i, s in enumerate(times)]  # fmt: skip
+    path.write_text(json.dumps({"records": records}))
+    return str(path)
+
+
 def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
     rows = [("greedy", 10.0, 1.0), ("sd_infgram_target", 25.0, 3.0)]
     main = [{"model": "target", "bench": b, "file": _summary(tmp_path / f"{b}.csv", rows, s)}
             for b, s in (("he", 0.02), ("py", 0.3))]  # fmt: skip
+    timed = {"sd_hybrid_target_branches": [1.0, 2.0, 3.0], "sd_suffix_decoding": [1.1, 2.0, 3.6],
+             "hf_prompt_lookup": [2.0, 3.0, 4.0]}  # fmt: skip
+    runs = [_runs(tmp_path / "he.json", timed), _runs(tmp_path / "py.json", {"greedy": [1.0]})]
     item = {"main": main, "other": [], "labels": {"he": "HumanEval"},
             "columns": {"humaneval": "he", "sft_coding": "py"}, "latency": {"k": 16}}  # fmt: skip
     out = _outputs(tmp_path, (7, 8), figure=False)
     out |= {"latency_csv": str(tmp_path / "lat.csv"), "latency_md": str(tmp_path / "lat.md")}
-    inputs = {**_paper_inputs((7, 8)), "latency": [_latency(tmp_path / "lat.json")]}
+    inputs = {**_paper_inputs((7, 8)), "latency": [_latency(tmp_path / "lat.json")],
+              "main_runs": runs}  # fmt: skip
     render_speed(item, inputs, out)
     notes = Path(out["t4_7_md"]).read_text()
+    ratio, se = paired_speed_ratio(([64] * 3, timed["sd_hybrid_target_branches"]),
+                                   ([64] * 3, timed["sd_suffix_decoding"]))  # fmt: skip
+    assert ratio == pytest.approx(6.7 / 6.0)
+    assert (f"target/he: Request + Infinigram Target hybrid, two branches (ours) ÷ SuffixDecoding "
+            f"(Arctic Inference, target responses) {ratio:.3f} ± {se:.3f}; ÷ HF prompt lookup "
+            "1.500 ± ") in notes  # fmt: skip
+    assert "over the 3 prompts, paired" in notes and "target/py: Request" not in notes
     assert "target/he: greedy baseline spread 2.0%" in notes
     assert "UNSTABLE (busy machine; ratios unreliable): target/py" in notes
     latency = pd.read_csv(out["latency_csv"]).set_index("timing")

@@ -166,13 +166,15 @@ class SpecPlan:
         }
 
     def speed_rows(self, main: bool) -> list[dict[str, str]]:
-        """Speed summaries of the main target (Table 4.7) or of the other models (Table 4.8)."""
+        """Speed summaries (`file`) and runs (`runs`) of the main target (Table 4.7) or of the
+        other models (Table 4.8)."""
         runs = self.spec["speed"]["runs"]
         return [
             {
                 "model": model,
                 "bench": bench,
                 "file": paths.SPEED_SUMMARY.format(model=model, bench=bench),
+                "runs": paths.SPEED_RUNS.format(model=model, bench=bench),
             }
             for model in sorted(runs)
             if (model == self.target) == main
@@ -325,6 +327,7 @@ class SpecPlan:
             inputs={
                 **self._paper(range(7, 9)),
                 "main": [r["file"] for r in main_speed],
+                "main_runs": [r["runs"] for r in main_speed],
                 "other": [r["file"] for r in other],
                 "latency": [paths.DRAFT_LATENCY.format(model=self.target)],
             },

@@ -21,6 +21,7 @@ from kvspec.ngram.acceptance_stats import (
     by_exact_match_length,
     hit_rate_table,
 )
+from kvspec.report.stats import paired_speed_ratio
 from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side, write_table
 
 # The paper's index sizes as fractions of its 5M prompts (Table 4.1 rows).
@@ -361,6 +362,45 @@ def stability_notes(summaries: pd.DataFrame) -> list[str]:
     return notes
 
 
+# Table 4.7's paired comparisons (issue 33): our two-branch hybrid against the peers a CPU user
+# could run instead, prompt by prompt in the same run
+OURS = "sd_hybrid_target_branches"
+PEERS = ("sd_suffix_decoding", "hf_prompt_lookup", "llamacpp_prompt_lookup")
+
+
+def peer_notes(
+    rows: Sequence[Mapping[str, str]],
+    runs: Sequence[str],
+    ours: str = OURS,
+    peers: Sequence[str] = PEERS,
+) -> list[str]:
+    """Per benchmark set (`rows` {model, bench}, `runs` their runs.json files in the same
+    order): our method's speed ÷ each peer's that ran, ± its standard error with prompts
+    paired (`stats.paired_speed_ratio`)."""
+    notes = []
+    for row, path in zip(rows, runs, strict=True):
+        records = read_json(path)["records"]
+        by: dict[str, dict[str, Mapping[str, Any]]] = {}
+        for r in records:
+            by.setdefault(r["method"], {})[r["prompt"]] = r
+        if ours not in by:
+            continue
+        prompts = list(by[ours])
+        parts = []
+        for peer in (p for p in peers if p in by):
+            a, b = ([[len(by[m][q]["tokens"]) for q in prompts],
+                     [by[m][q]["seconds"] for q in prompts]] for m in (ours, peer))  # fmt: skip
+            ratio, se = paired_speed_ratio((a[0], a[1]), (b[0], b[1]))
+            parts.append(f"÷ {TABLE_4_7_LABELS.get(peer, peer)} {ratio:.3f} ± {se:.3f}")
+        if parts:
+            notes.append(
+                f"{row['model']}/{row['bench']}: {TABLE_4_7_LABELS.get(ours, ours)} "
+                + "; ".join(parts)
+                + f" (speed ratios, ± 1 standard error over the {len(prompts)} prompts, paired)."
+            )
+    return notes
+
+
 # ----------------------------------------------------------------------------- rendering
 
 
@@ -457,6 +497,7 @@ def render_speed(
         "ours (exact_vs_greedy says how often); its speedup is over our greedy loop, and its "
         "prompt lookup's gain is the ratio of its two rows' tok/s.",
         *stability_notes(read_summaries(item["main"])),
+        *peer_notes(item["main"], inputs.get("main_runs", [])),
     ])  # fmt: skip
     latency = latency_table(read_json(inputs["latency"][0]))
     write_table(latency, out["latency_csv"], out["latency_md"], "Draft latency of inf_nkt", [

@@ -80,6 +80,25 @@ def paired_ratio_difference(
     return _ratio(*a) - _ratio(*b), _ratio_se(za - zb)
 
 
+def paired_speed_ratio(
+    a: tuple[Sequence[float], Sequence[float]], b: tuple[Sequence[float], Sequence[float]]
+) -> tuple[float, float]:
+    """Speed of a ÷ speed of b, each (tokens, seconds) per unit (prompt) in the same order, a
+    speed being Σ tokens / Σ seconds; and its standard error with the units paired (delta
+    method on the log: ln R's linearisation per unit is t_a/T_a − s_a/S_a − t_b/T_b + s_b/S_b).
+    With equal tokens per unit it is `ratio_stderr(seconds_b, seconds_a)`. NaN below two units."""
+    arrays = [np.asarray(x, dtype=float) for x in (*a, *b)]
+    if len({x.shape for x in arrays}) != 1 or not len(arrays[0]):
+        raise ValueError("a paired speed ratio needs tokens and seconds for the same units")
+    if any(x.sum() <= 0 for x in arrays):
+        raise ValueError("tokens and seconds must sum above 0")
+    ta, sa, tb, sb = arrays
+    ratio = float((ta.sum() / sa.sum()) / (tb.sum() / sb.sum()))
+    w = ta / ta.sum() - sa / sa.sum() - tb / tb.sum() + sb / sb.sum()
+    se = ratio * math.sqrt(len(w)) * float(w.std(ddof=1)) if len(w) > 1 else math.nan
+    return ratio, se
+
+
 def _ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     return float(np.sum(numerators) / np.sum(denominators))
 
