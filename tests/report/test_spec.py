@@ -141,9 +141,9 @@ def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
                                    ([64] * 3, timed["sd_suffix_decoding"]))  # fmt: skip
     assert ratio == pytest.approx(6.7 / 6.0)
     assert (f"target/he: Request + Infinigram Target hybrid, two branches (ours) ÷ SuffixDecoding "
-            f"(Arctic Inference, target responses) {ratio:.3f} ± {se:.3f}; ÷ HF prompt lookup "
-            "1.500 ± ") in notes  # fmt: skip
-    assert "over the 3 prompts, paired" in notes and "target/py: Request" not in notes
+            f"(Arctic Inference, target responses) {ratio:.3f} ± {se:.3f} (3 prompts); ÷ HF "
+            "prompt lookup 1.500 ± ") in notes  # fmt: skip
+    assert "over the prompts, paired" in notes and "target/py: Request" not in notes
     assert "target/he: greedy baseline spread 2.0%" in notes
     assert "UNSTABLE (busy machine; ratios unreliable): target/py" in notes
     latency = pd.read_csv(out["latency_csv"]).set_index("timing")

@@ -375,30 +375,31 @@ def peer_notes(
     peers: Sequence[str] = PEERS,
 ) -> list[str]:
     """Per benchmark set (`rows` {model, bench}, `runs` their runs.json files in the same
-    order): our method's speed ÷ each peer's that ran, ± its standard error with prompts
-    paired (`stats.paired_speed_ratio`)."""
+    order): our method's speed ÷ each peer's that ran, ± its standard error with the prompts
+    both ran paired (`stats.paired_speed_ratio`)."""
     notes = []
     for row, path in zip(rows, runs, strict=True):
-        records = read_json(path)["records"]
         by: dict[str, dict[str, Mapping[str, Any]]] = {}
-        for r in records:
+        for r in read_json(path)["records"]:
             by.setdefault(r["method"], {})[r["prompt"]] = r
-        if ours not in by:
-            continue
-        prompts = list(by[ours])
         parts = []
-        for peer in (p for p in peers if p in by):
-            a, b = ([[len(by[m][q]["tokens"]) for q in prompts],
-                     [by[m][q]["seconds"] for q in prompts]] for m in (ours, peer))  # fmt: skip
-            ratio, se = paired_speed_ratio((a[0], a[1]), (b[0], b[1]))
-            parts.append(f"÷ {TABLE_4_7_LABELS.get(peer, peer)} {ratio:.3f} ± {se:.3f}")
+        for peer in (p for p in peers if p in by and ours in by):
+            prompts = [q for q in by[ours] if q in by[peer]]
+            ratio, se = paired_speed_ratio(_timed(by[ours], prompts), _timed(by[peer], prompts))
+            label = TABLE_4_7_LABELS.get(peer, peer)
+            parts.append(f"÷ {label} {ratio:.3f} ± {se:.3f} ({len(prompts)} prompts)")
         if parts:
             notes.append(
                 f"{row['model']}/{row['bench']}: {TABLE_4_7_LABELS.get(ours, ours)} "
                 + "; ".join(parts)
-                + f" (speed ratios, ± 1 standard error over the {len(prompts)} prompts, paired)."
+                + " (speed ratios, ± 1 standard error over the prompts, paired)."
             )
     return notes
+
+
+def _timed(records: Mapping[str, Mapping[str, Any]], prompts: Sequence[str]) -> tuple[list, list]:
+    """(tokens, seconds) of a method's records of `prompts`, in that order."""
+    return [len(records[q]["tokens"]) for q in prompts], [records[q]["seconds"] for q in prompts]
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -497,7 +498,7 @@ def render_speed(
         "ours (exact_vs_greedy says how often); its speedup is over our greedy loop, and its "
         "prompt lookup's gain is the ratio of its two rows' tok/s.",
         *stability_notes(read_summaries(item["main"])),
-        *peer_notes(item["main"], inputs.get("main_runs", [])),
+        *peer_notes(item["main"], inputs["main_runs"]),
     ])  # fmt: skip
     latency = latency_table(read_json(inputs["latency"][0]))
     write_table(latency, out["latency_csv"], out["latency_md"], "Draft latency of inf_nkt", [
