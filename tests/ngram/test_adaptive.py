@@ -8,7 +8,13 @@ import pytest
 
 from kvspec.decoding.drafts import Draft, one_hot
 from kvspec.decoding.tree import ROOT
-from kvspec.ngram.adaptive import AdaptiveBranches, AdaptiveDrafter, Calibration
+from kvspec.ngram.adaptive import (
+    FALLBACK,
+    AdaptiveBranches,
+    AdaptiveDrafter,
+    Calibration,
+    Fallback,
+)
 
 
 class Fixed:
@@ -175,3 +181,58 @@ def test_tree_feedback_counts_every_branchs_verdicts_and_the_cost():
 def test_branches_need_a_depth():
     with pytest.raises(ValueError, match="k >= 1"):
         AdaptiveBranches(AdaptiveDrafter({"x": Fixed([1], [1.0], [1])}, threshold=0.2), 0)
+
+
+class Model:
+    """A drafter reporting its own top-1 probabilities (as `DraftModelDrafter` does); counts
+    its calls."""
+
+    def __init__(self, tokens: list[int], confs: list[float]) -> None:
+        self.tokens, self.confs, self.calls = tokens, confs, 0
+
+    def propose(self, context: list[int], k: int) -> Draft:
+        self.calls += 1
+        n = min(k, len(self.tokens))
+        return Draft(self.tokens[:n], one_hot(self.tokens[:n]), confidence=self.confs[:n])
+
+
+def _with_fallback(index: Fixed, model: Model, gate: float, k: int = 8) -> AdaptiveDrafter:
+    cal = Calibration.from_rows(pd.concat([_rows(8, 0.9, 60, 0), _rows(1, 0.4, 2, 30)]))
+    for _ in range(20):  # the model's drafts: accepted when it is sure, rejected when not
+        cal.update(FALLBACK, 0, 0.97, True)
+        cal.update(FALLBACK, 0, 0.5, False)
+    return AdaptiveDrafter({"index": index}, cal, threshold=0.2,
+                           fallback=Fallback(model, gate, k))  # fmt: skip
+
+
+def test_the_fallback_drafts_only_where_the_others_expect_less_than_its_gate():
+    strong = Fixed([1, 2, 3, 4], [0.9] * 4, [8] * 4)
+    model = Model([7, 8, 9], [0.97, 0.97, 0.5])
+    drafter = _with_fallback(strong, model, gate=1.0)
+    assert drafter.propose([0], 4).tokens == [1, 2, 3, 4]  # expects ~3 tokens: not consulted
+    assert model.calls == 0 == drafter.consulted
+    weak = Fixed([1, 2, 3, 4], [0.4] * 4, [1] * 4)
+    drafter = _with_fallback(weak, model, gate=1.0)
+    # the model's draft is cut by its own calibration: its unsure third token is dropped
+    assert drafter.propose([0], 4).tokens == [7, 8]
+    assert model.calls == 1 == drafter.consulted
+    assert drafter.chosen == {"index": 0, FALLBACK: 1}
+    drafter.feedback(2, 1)  # 7 accepted, 8 not: verdicts go to the model's bins
+    assert drafter.calibration.counts[(FALLBACK, 0, 5)] == [21.0, 1.0]
+    never = _with_fallback(weak, model, gate=0.0)
+    assert never.propose([0], 4).tokens == [] and never.consulted == 0  # a greedy step
+
+
+def test_a_fallback_draft_keeps_its_confidences_when_cut_and_its_depth_is_capped():
+    model = Model([7, 8, 9, 10], [0.97] * 4)
+    drafter = _with_fallback(Fixed([1], [0.4], [1]), model, gate=1.0, k=2)
+    best = drafter.ranked([0], 4)[0]
+    assert best.source == FALLBACK and best.draft.tokens == [7, 8]
+    assert best.draft.confidence == [0.97, 0.97]
+
+
+def test_fallback_settings_are_checked():
+    with pytest.raises(ValueError, match="gate >= 0 and k >= 1"):
+        Fallback(Model([1], [1.0]), 1.0, 0)
+    with pytest.raises(ValueError, match="names the fallback"):
+        AdaptiveDrafter({FALLBACK: Fixed([1], [1.0], [1])}, threshold=0.2)

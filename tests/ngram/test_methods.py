@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,8 +14,10 @@ from kvspec.decoding.bench import ForwardCounter, run_benchmark
 from kvspec.decoding.bench_summary import mark_divergence, summarize
 from kvspec.decoding.loop import greedy_generate
 from kvspec.decoding.prompts import bench_prompts
+from kvspec.decoding.tree import tree_generate
 from kvspec.ngram.drafters import PromptLookupDrafter, RequestSuffixDrafter
 from kvspec.ngram.methods import (
+    TREE_DRAFTERS,
     DecodeSettings,
     Setup,
     benchmark_methods,
@@ -73,7 +76,7 @@ def _one_per_kind() -> list[str]:
     kinds: dict[tuple, str] = {}
     for name in LOCAL:
         decl = METHODS[name]
-        kinds.setdefault((decl.loop, decl.drafter, decl.adaptive), name)
+        kinds.setdefault((decl.loop, decl.drafter, decl.adaptive, decl.fallback), name)
     return list(kinds.values())
 
 
@@ -144,6 +147,34 @@ def test_hybrid_local_drafter_and_longest_draft_come_from_the_config(setup, prom
         for (_, ids), run in zip(prompts, runs, strict=True):
             assert run.tokens == greedy_generate(setup.target, ids, NEW, [EOS])
         assert sum(r.drafted for r in runs) <= adaptive_k * sum(r.steps for r in runs)
+
+
+def test_the_draft_model_fallback_drafts_on_weak_steps_only_and_stays_greedy(setup, prompts):
+    """sd_hybrid_target_draft as the speed jobs build it: greedy tokens whether the draft
+    model is never (gate 0) or always (a gate no n-gram draft reaches) consulted; its drafts
+    hold at most spec.decode.adaptive.fallback.k tokens."""
+    for gate in (0.0, 100.0):
+        fallback = {"gate": gate, "k": 2}
+        gated = replace(setup, decode=replace(setup.decode, fallback=fallback))
+        method = build_method("sd_hybrid_target_draft", gated)
+        for _, ids in prompts:
+            assert method(ids).tokens == greedy_generate(setup.target, ids, NEW, [EOS])
+        decl = METHODS["sd_hybrid_target_draft"]
+        branches = TREE_DRAFTERS["hybrid"]("sd_hybrid_target_draft", decl, gated)
+        asked = _asked(branches)
+        tree_generate(setup.target, prompts[0][1], branches, NEW, [EOS])
+        adaptive = branches.adaptive
+        assert adaptive.fallback is not None and adaptive.fallback.k == 2
+        assert len(asked) > 1 and adaptive.consulted == (len(asked) if gate else 0)
+    assert METHODS["sd_hybrid_target_branches"].fallback is None
+
+
+def _asked(drafter: Any) -> list[int]:
+    """The depths the loop asks `drafter`'s trees for, one per step that drafts."""
+    asked: list[int] = []
+    propose = drafter.propose_tree
+    drafter.propose_tree = lambda ctx, depth: asked.append(depth) or propose(ctx, depth)
+    return asked
 
 
 def test_sampled_sd_draft_with_a_cut_off_keeps_the_target_law():

@@ -127,7 +127,8 @@ def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
     main = [{"model": "target", "bench": b, "file": _summary(tmp_path / f"{b}.csv", rows, s)}
             for b, s in (("he", 0.02), ("py", 0.3))]  # fmt: skip
     timed = {"sd_hybrid_target_branches": [1.0, 2.0, 3.0], "sd_suffix_decoding": [1.1, 2.0, 3.6],
-             "hf_prompt_lookup": [2.0, 3.0, 4.0]}  # fmt: skip
+             "hf_prompt_lookup": [2.0, 3.0, 4.0],
+             "sd_hybrid_target_draft": [0.9, 1.8, 2.7]}  # fmt: skip
     runs = [_runs(tmp_path / "he.json", timed), _runs(tmp_path / "py.json", {"greedy": [1.0]})]
     item = {"main": main, "other": [], "labels": {"he": "HumanEval"},
             "columns": {"humaneval": "he", "sft_coding": "py"}, "latency": {"k": 16}}  # fmt: skip
@@ -144,6 +145,10 @@ def test_speed_tables_name_our_sets_and_keep_eagle(tmp_path: Path) -> None:
             f"(Arctic Inference, target responses) {ratio:.3f} ± {se:.3f} (3 prompts); ÷ HF "
             "prompt lookup 1.500 ± ") in notes  # fmt: skip
     assert "over the prompts, paired" in notes and "target/py: Request" not in notes
+    assert (
+        "target/he: Two-branch hybrid + draft model where n-grams are weak (ours) ÷ Request "
+        f"+ Infinigram Target hybrid, two branches (ours) {6.0 / 5.4:.3f} ± "
+    ) in notes
     assert "target/he: greedy baseline spread 2.0%" in notes
     assert "UNSTABLE (busy machine; ratios unreliable): target/py" in notes
     latency = pd.read_csv(out["latency_csv"]).set_index("timing")

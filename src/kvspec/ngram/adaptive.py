@@ -15,7 +15,11 @@ drafters apart ("index": infini-gram, "local": prompt lookup, "model": a draft m
 With several drafters (`AdaptiveDrafter({"local": ..., "index": ...})`, the request-local
 + index hybrid), each proposes, each draft is cut, and the one with the best expected rate
 is used. `AdaptiveBranches` verifies the runner-up's cut draft beside it, as a second branch
-of a draft tree, when that raises the expected rate.
+of a draft tree, when that raises the expected rate. A `Fallback` (a draft model, source
+"model", binned by its own top-1 probability) costs real time to draft, so it is consulted
+only on steps where the other drafters' best cut draft expects fewer than `gate` accepted
+tokens: the n-gram drafts where they are strong, the model where they are not (the thesis's
+"hybrid speculation" direction, §4.6.6.2; SuffixDecoding's hybrid mode falls back alike).
 """
 
 from __future__ import annotations
@@ -114,6 +118,24 @@ class CostModel:
         return (a, b) if a > 0 else None
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """A drafter that costs real time to draft (a draft model), consulted by `AdaptiveDrafter`
+    only when the other drafters' best cut draft expects fewer than `gate` accepted tokens;
+    its draft holds at most `k` tokens and is cut like the others (source `FALLBACK`)."""
+
+    drafter: Drafter
+    gate: float
+    k: int
+
+    def __post_init__(self) -> None:
+        if self.gate < 0 or self.k < 1:
+            raise ValueError(f"Fallback needs gate >= 0 and k >= 1, got {self.gate}, {self.k}")
+
+
+FALLBACK = "model"  # the calibration's source name of a fallback's drafts
+
+
 @dataclass
 class ScoredDraft:
     """A drafter's draft cut by `AdaptiveDrafter`, with what the cut was based on."""
@@ -133,7 +155,9 @@ class AdaptiveDrafter:
     loop's timings (`CostModel`); length 0 (no draft, a greedy step) when nothing beats it.
     Until the cost is known, a draft keeps token j while P(tokens 0..j accepted) is at
     least `threshold`. The decoding loop calls `feedback(drafted, accepted, seconds)`
-    after every verification.
+    after every verification. A `fallback` drafts (as source `FALLBACK`) only on the steps
+    where the others' best cut draft expects fewer than its gate of accepted tokens
+    (`consulted` counts them).
     """
 
     def __init__(
@@ -142,15 +166,21 @@ class AdaptiveDrafter:
         calibration: Calibration | None = None,
         *,
         threshold: float,
+        fallback: Fallback | None = None,
     ) -> None:
         if not drafters:
             raise ValueError("AdaptiveDrafter needs at least one drafter")
+        if FALLBACK in drafters:
+            raise ValueError(f"{FALLBACK!r} names the fallback's drafts, not a drafter")
         self.drafters = dict(drafters)
         self.calibration = calibration or Calibration()
         self.threshold = threshold
+        self.fallback = fallback
+        self.consulted = 0
         self.cost = CostModel()
         self._last: ScoredDraft | None = None
-        self.chosen: dict[str, int] = dict.fromkeys(self.drafters, 0)
+        sources = [*self.drafters, *([FALLBACK] if fallback else [])]
+        self.chosen: dict[str, int] = dict.fromkeys(sources, 0)
 
     def propose(self, context: list[int], k: int) -> Draft:
         """The best cut draft of any drafter (empty if none is worth verifying)."""
@@ -164,6 +194,10 @@ class AdaptiveDrafter:
         """Every drafter's cut draft, the best expected rate first (the first on a tie)."""
         fit = self.cost.fit()
         scored = [self._cut(n, d.propose(context, k), fit) for n, d in self.drafters.items()]
+        fb = self.fallback
+        if fb is not None and expected_accepted(max(scored, key=lambda s: s.rate)) < fb.gate:
+            self.consulted += 1
+            scored.append(self._cut(FALLBACK, fb.drafter.propose(context, min(fb.k, k)), fit))
         return sorted(scored, key=lambda s: -s.rate)
 
     def learn(self, scored: ScoredDraft, accepted: int) -> None:
@@ -205,8 +239,16 @@ class AdaptiveDrafter:
         return ScoredDraft(source, _truncate(draft, len(probs)), probs, best)
 
 
+def expected_accepted(scored: ScoredDraft) -> float:
+    """Expected accepted tokens of a cut draft: Σ_j P(tokens 0..j accepted)."""
+    return float(np.sum(np.cumprod(scored.probs))) if scored.probs else 0.0
+
+
 def _features(draft: Draft, j: int) -> tuple[int, float]:
-    """(match length, confidence) behind draft token j; (0, 1.0) when the drafter has none."""
+    """(match length, confidence) behind draft token j: a model draft's own top-1 probability
+    (length 0); (0, 1.0) when the drafter gives neither."""
+    if draft.confidence:
+        return 0, float(draft.confidence[j])
     length = draft.lengths[j] if draft.lengths else draft.match_len
     conf = max(draft.dists[j].values()) if draft.dists and draft.dists[j] else 1.0
     return int(length), float(conf)
@@ -223,6 +265,7 @@ def _truncate(draft: Draft, n: int) -> Draft:
         q=q,
         dists=draft.dists[:n] if draft.dists else draft.dists,
         lengths=draft.lengths[:n] if draft.lengths else draft.lengths,
+        confidence=draft.confidence[:n] if draft.confidence else draft.confidence,
     )
 
 

@@ -16,7 +16,7 @@ from kvspec.decoding.draft_model import DraftModelDrafter, ModelTreeDrafter
 from kvspec.decoding.loop import greedy_generate, speculative_generate, truncate_at_eos
 from kvspec.decoding.tree import tree_generate
 from kvspec.io import read_json
-from kvspec.ngram.adaptive import AdaptiveBranches, AdaptiveDrafter, Calibration
+from kvspec.ngram.adaptive import AdaptiveBranches, AdaptiveDrafter, Calibration, Fallback
 from kvspec.ngram.drafters import InfiniGramDrafter, PromptLookupDrafter, RequestSuffixDrafter
 from kvspec.ngram.index import open_engine
 from kvspec.ngram.local_tree import HybridTreeDrafter, LocalTreeSettings
@@ -41,6 +41,7 @@ class DecodeSettings:
     tree: Mapping[str, int]  # sd_draft_tree: depth, topk, total
     local_tree: Mapping[str, Any]  # sd_hybrid_*_tree: LocalTreeSettings fields
     draft_confidence: float  # a draft model's draft ends below this probability
+    fallback: Mapping[str, Any]  # a hybrid's draft-model fallback: gate, k
 
     @classmethod
     def from_config(cls, decode: Mapping[str, Any]) -> DecodeSettings:
@@ -48,7 +49,7 @@ class DecodeSettings:
         return cls(decode["k"], decode["draft_k"], decode["confidence"], decode["min_match"],
                    adaptive["threshold"], adaptive["prior_weight"], adaptive["k"],
                    adaptive["local"], dict(decode["tree"]), dict(decode["local_tree"]),
-                   decode["draft_confidence"])  # fmt: skip
+                   decode["draft_confidence"], dict(adaptive["fallback"]))  # fmt: skip
 
     @classmethod
     def defaults(cls, **overrides: Any) -> DecodeSettings:
@@ -240,10 +241,22 @@ def _infgram(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
 
 
 def _hybrid(name: str, decl: MethodDecl, setup: Setup) -> tuple[Any, int]:
-    """The request-local drafter and the index, the better expected draft each step."""
+    """The request-local drafter and the index, the better expected draft each step (and the
+    draft model where both expect little, for a method declaring that fallback)."""
     drafters = {"local": LOCAL_DRAFTERS[setup.decode.local](),
                 "index": _ngram_drafter(name, decl, setup)}  # fmt: skip
-    return _adaptive(drafters, setup, setup.calibrations.get(decl.index)), setup.decode.adaptive_k
+    rows = setup.calibrations.get(decl.index)
+    return _adaptive(drafters, setup, rows, _fallback(name, decl, setup)), setup.decode.adaptive_k
+
+
+def _fallback(name: str, decl: MethodDecl, setup: Setup) -> Fallback | None:
+    """The draft model as a hybrid's fallback (`spec.decode.adaptive.fallback`): greedy drafts
+    that end below `draft_confidence`, reporting their top-1 probabilities for the cut."""
+    if decl.fallback is None:
+        return None
+    model = DraftModelDrafter(_draft(name, setup), report_confidence=True,
+                              stop_below=setup.decode.draft_confidence)  # fmt: skip
+    return Fallback(model, setup.decode.fallback["gate"], setup.decode.fallback["k"])
 
 
 # the hybrid's request-local part (spec.decode.adaptive.local)
@@ -272,11 +285,13 @@ def _ngram_drafter(name: str, decl: MethodDecl, setup: Setup) -> InfiniGramDraft
     )  # fmt: skip
 
 
-def _adaptive(drafters: dict[str, Any], setup: Setup, rows: Any) -> AdaptiveDrafter:
+def _adaptive(
+    drafters: dict[str, Any], setup: Setup, rows: Any, fallback: Fallback | None = None
+) -> AdaptiveDrafter:
     """An adaptive drafter, its index prior from acceptance rows when the model has them."""
     weight = setup.decode.prior_weight
     prior = Calibration.from_rows(rows, "index", weight) if rows is not None else None
-    return AdaptiveDrafter(drafters, prior, threshold=setup.decode.threshold)
+    return AdaptiveDrafter(drafters, prior, threshold=setup.decode.threshold, fallback=fallback)
 
 
 # ---- tree drafters ----------------------------------------------------------------------------

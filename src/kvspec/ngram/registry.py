@@ -21,7 +21,8 @@ class MethodDecl:
     "infgram", "hybrid", "suffix_decoding") or, for "hf" and "llamacpp", the option ("greedy",
     "prompt_lookup", "assisted"). `index`: the infini-gram index it reads ("sft"/"target").
     `adaptive`: depth learnt while decoding (kvspec.ngram.adaptive), calibrated by the
-    index's acceptance rows when the model has them.
+    index's acceptance rows when the model has them. `fallback`: a costly drafter consulted
+    only when the adaptive drafter's own drafts are weak ("draft": the draft model).
     """
 
     loop: str
@@ -29,6 +30,7 @@ class MethodDecl:
     index: str | None = None
     adaptive: bool = False
     inputs: tuple[str, ...] = ()
+    fallback: str | None = None
 
     @property
     def greedy_only(self) -> bool:
@@ -49,11 +51,14 @@ def _infgram(index: str, adaptive: bool = False) -> MethodDecl:
     return MethodDecl("chain", "infgram", index, adaptive, (f"index_{index}", *calib))
 
 
-def _hybrid(index: str, tree: bool = False, branches: bool = False) -> MethodDecl:
+def _hybrid(
+    index: str, tree: bool = False, branches: bool = False, draft: bool = False
+) -> MethodDecl:
     if tree:  # the request-local trie plus the index's chain as one tree
         return MethodDecl("tree", "hybrid", index, False, (f"index_{index}",))
-    inputs = (f"index_{index}", f"calib_index_{index}")
-    return MethodDecl("tree" if branches else "chain", "hybrid", index, True, inputs)
+    inputs = (f"index_{index}", f"calib_index_{index}", *(("draft",) if draft else ()))
+    return MethodDecl("tree" if branches else "chain", "hybrid", index, True, inputs,
+                      "draft" if draft else None)  # fmt: skip
 
 
 METHODS: dict[str, MethodDecl] = {
@@ -77,6 +82,9 @@ METHODS: dict[str, MethodDecl] = {
     # (kvspec.ngram.adaptive.AdaptiveBranches: a two-branch tree)
     "sd_hybrid_sft_branches": _hybrid("sft", branches=True),
     "sd_hybrid_target_branches": _hybrid("target", branches=True),
+    # the two branches, with the draft model drafting on the steps where the n-gram drafts
+    # expect little (spec.decode.adaptive.fallback; beyond the thesis: its §4.6.6.2 direction)
+    "sd_hybrid_target_draft": _hybrid("target", branches=True, draft=True),
     # every earlier continuation of the longest request-local match (a trie) plus the index's
     # chain, gated by match length (kvspec.ngram.local_tree)
     "sd_hybrid_sft_tree": _hybrid("sft", tree=True),

@@ -226,6 +226,7 @@ TABLE_4_7_LABELS = {
     "sd_hybrid_target": "Request + Infinigram Target hybrid, adaptive (ours)",
     "sd_hybrid_sft": "Request + Infinigram SFT hybrid, adaptive (ours)",
     "sd_hybrid_target_branches": "Request + Infinigram Target hybrid, two branches (ours)",
+    "sd_hybrid_target_draft": "Two-branch hybrid + draft model where n-grams are weak (ours)",
     "sd_hybrid_sft_branches": "Request + Infinigram SFT hybrid, two branches (ours)",
     "sd_hybrid_target_tree": "Request-local trie + Infinigram Target, draft tree (ours)",
     "sd_hybrid_sft_tree": "Request-local trie + Infinigram SFT, draft tree (ours)",
@@ -234,6 +235,7 @@ TABLE_4_7_LABELS = {
 }
 EAGLE = "Eagle-3 (Neural)"
 METHOD_ORDER = [
+    "sd_hybrid_target_draft",
     "sd_hybrid_target_tree",
     "sd_hybrid_sft_tree",
     "sd_infgram_target_adaptive",
@@ -366,6 +368,9 @@ def stability_notes(summaries: pd.DataFrame) -> list[str]:
 # could run instead, prompt by prompt in the same run
 OURS = "sd_hybrid_target_branches"
 PEERS = ("sd_suffix_decoding", "hf_prompt_lookup", "llamacpp_prompt_lookup")
+# ours with the draft model as fallback: against the same peers, and against ours without it
+# (what the fallback buys)
+OURS_FALLBACK = "sd_hybrid_target_draft"
 
 
 def peer_notes(
@@ -499,6 +504,7 @@ def render_speed(
         "prompt lookup's gain is the ratio of its two rows' tok/s.",
         *stability_notes(read_summaries(item["main"])),
         *peer_notes(item["main"], inputs["main_runs"]),
+        *peer_notes(item["main"], inputs["main_runs"], OURS_FALLBACK, (OURS, *PEERS)),
     ])  # fmt: skip
     latency = latency_table(read_json(inputs["latency"][0]))
     write_table(latency, out["latency_csv"], out["latency_md"], "Draft latency of inf_nkt", [
