@@ -165,7 +165,8 @@ def test_the_teacher_cache_holds_across_load_paths_not_across_teachers(
     teacher, seqs, tmp_path, monkeypatch
 ) -> None:
     """The same teacher saved at two paths shares one cached pass (its config records where
-    it was loaded from); a teacher with another config gets a pass of its own."""
+    it was loaded from); a teacher with another config, or the same config and other weights,
+    gets a pass of its own."""
     from transformers import AutoModelForCausalLM
 
     spec = DistilSpec.from_config(DECL["train"], seed=0)
@@ -184,6 +185,12 @@ def test_the_teacher_cache_holds_across_load_paths_not_across_teachers(
     second.config.rms_norm_eps *= 2
     distil.cached_teacher_targets(second, seqs[:3], spec, batch_size=2, cache_dir=cache)
     assert calls == [1] and len(list(cache.glob("*.pt"))) == 2
+    with torch.no_grad():
+        first.model.norm.weight[0] += 0.5  # same config, another model
+    other, _, _ = distil.cached_teacher_targets(first, seqs[:3], spec, batch_size=2,
+                                                cache_dir=cache)  # fmt: skip
+    assert calls == [1, 1] and len(list(cache.glob("*.pt"))) == 3
+    assert any(not torch.equal(want[k][1], other[k][1]) for k in want)
 
 
 def test_teacher_top_k_is_the_log_softmax_reference() -> None:

@@ -23,6 +23,7 @@ continues the uninterrupted run's curve and weights bit for bit.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -488,15 +489,17 @@ def cached_teacher_targets(
     cache_dir: Path | None,
     pad_id: int = 0,
     dtype: str = "float32",
+    weights: str | None = None,
 ) -> tuple[dict[str, Targets], float, float]:
     """`teacher_targets` of `seqs` computed in `dtype`, read from `cache_dir` when a file was
     written there for the same sequences, settings, dtype and teacher (named by their hash:
     drafts of one teacher with the same data settings share one teacher pass, and a resumed
-    run skips it; the teacher's config without the path it was loaded from, so the cache
-    holds wherever the run starts); (targets, argmax agreement, seconds spent here)."""
+    run skips it; the teacher is its config without the path it was loaded from, so the cache
+    holds wherever the run starts, and its weights' digest, `weights_digest`, computed here
+    unless given); (targets, argmax agreement, seconds spent here)."""
     t0 = time.perf_counter()
     config = {k: v for k, v in teacher.config.to_dict().items() if k != "_name_or_path"}
-    key = [[s.ids for s in seqs], spec.top_k, spec.tau, config]
+    key = [[s.ids for s in seqs], spec.top_k, spec.tau, config, weights or weights_digest(teacher)]
     tag = config_hash(key if dtype == "float32" else [*key, dtype])  # float32: no dtype in the key
     cache = cache_dir / f"{tag}.pt" if cache_dir else None
     if cache and cache.exists():
@@ -513,6 +516,18 @@ def cached_teacher_targets(
         with atomic_path(cache) as tmp:
             torch.save({"tag": tag, "targets": targets, "agreement": agreement}, tmp)
     return targets, agreement, time.perf_counter() - t0
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """A short hash of a model's parameters and buffers (names, shapes, dtypes and bytes): two
+    teachers with one config but other weights (another quantization, a retrained model) never
+    share a cached teacher pass or a resumable student state."""
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        flat = tensor.detach().reshape(-1).cpu()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return digest.hexdigest()[:16]
 
 
 def distil_model(
@@ -542,11 +557,12 @@ def distil_model(
     ckpt = Path(checkpoint) if checkpoint else None
     targets, agreement, teacher_seconds = (None, float("nan"), 0.0)
     teacher_dtype = resolve_dtype(data["teacher_dtype"], teacher.device.type)
+    teacher_weights = weights_digest(teacher)
     if spec.beta > 0 or corpus:  # the corpus's labels are the teacher's argmax
         cache_dir = ckpt.parent / "teacher" if ckpt else None  # shared by the drafts
         targets, agreement, teacher_seconds = cached_teacher_targets(
             teacher, train + val, spec, batch_size=data["teacher_batch"], cache_dir=cache_dir,
-            pad_id=pad_id, dtype=teacher_dtype,
+            pad_id=pad_id, dtype=teacher_dtype, weights=teacher_weights,
         )  # fmt: skip
         log.info("teacher targets (%s): %.1f s, argmax = next token at %.4f", teacher_dtype,
                  teacher_seconds, agreement)  # fmt: skip
@@ -558,7 +574,7 @@ def distil_model(
     student = student.to(teacher.device)
     started = [start.digest()] if start else []
     fingerprint = config_hash([decl["arch"], decl["init"], decl.get("layers"), vocab, data,
-                               [s.ids for s in train], *started])  # fmt: skip
+                               [s.ids for s in train], teacher_weights, *started])  # fmt: skip
     t0 = time.perf_counter()
     curve = distil_train(student, train, val, spec, targets, ckpt, fingerprint, pad_id)
     last = curve[-1]
