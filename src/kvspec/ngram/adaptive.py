@@ -327,7 +327,7 @@ def _second_branch(
     if not other.probs or other.draft.tokens[0] == best.draft.tokens[0]:
         return None
     a, b = fit
-    gain = 1.0 + float(np.sum(np.cumprod(best.probs)))
+    gain = 1.0 + expected_accepted(best)
     width = 1 + len(best.probs)
     cum = np.cumprod(other.probs)
     rates = (gain + np.cumsum(cum)) / (a + b * (width + np.arange(1, len(cum) + 1)))
