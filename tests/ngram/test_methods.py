@@ -247,6 +247,9 @@ def test_bench_prompts_checks_size():
     assert bench_prompts(recs, bench, Tok()) == [("t0", [8]), ("t1", [9])]
     with pytest.raises(ValueError, match="wants 3"):
         bench_prompts(recs, {**bench, "n": 3}, Tok())
+    assert bench_prompts(recs, {**bench, "n": 1, "skip": 1}, Tok()) == [("t1", [9])]
+    with pytest.raises(ValueError, match="wants 2 prompts after the first 1"):
+        bench_prompts(recs, {**bench, "skip": 1}, Tok())
 
 
 def test_baseline_runs_first_and_last_and_its_spread_flags_a_busy_machine():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +144,22 @@ def test_speed_summaries(ci_run: Path, spec: dict) -> None:
             assert all(
                 len(r["baseline_seconds"]) == spec["speed"]["baseline_repeats"] for r in greedy
             )
+
+
+def test_loop_check_times_the_prompts_after_table_4_7s(ci_run: Path, tmp_path: Path) -> None:
+    """kvspec.ngram.loop_cli in a finished workflow directory: the speed job's loop on the
+    HumanEval and SFT coding prompts Table 4.7 does not time, paired against a reference."""
+    out = subprocess.run(
+        [sys.executable, "-m", "kvspec.ngram.loop_cli", "--config", str(REPO / "config/ci.yaml"),
+         "--sources", "humaneval", "python", "--end", "6", "--out", str(tmp_path),
+         "--methods", "sd_hybrid_target_branches", "sd_infgram_target"],
+        cwd=ci_run, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "checkhumaneval: 3 prompts" in out and "checkpython: 2 prompts" in out
+    assert "pooled: 5 prompts, " in out and "/ sd_infgram_target " in out
+    runs = json.loads((tmp_path / "target/checkhumaneval.json").read_text())["records"]
+    assert {r["prompt"] for r in runs} == {f"HumanEval/{i}" for i in range(3, 6)}
+    assert all(r["exact"] or r["tie_margin"] < 1e-3 for r in runs)
 
 
 def test_draft_latency(ci_run: Path, spec: dict) -> None:

@@ -11,7 +11,8 @@ from kvspec.decoding.generate import prompt_ids
 def bench_prompts(
     records: Sequence[Mapping[str, Any]], bench: Mapping[str, Any], tokenizer: Any
 ) -> list[tuple[str, list[int]]]:
-    """The first `bench['n']` prompts of a benchmark set as (id, chat-formatted ids).
+    """`bench['n']` prompts of a benchmark set as (id, chat-formatted ids): the first ones, or
+    those after the first `bench['skip']` (prompts another set times, e.g. Table 4.7's).
 
     `bench['kind']` is "heldout" (prompt records of that split), "code" (HumanEval: the
     function stub is the user turn), "math" (the problem is the user turn) or "prompt"
@@ -28,11 +29,14 @@ def bench_prompts(
         texts = _by_category(records, bench.get("categories"))
     else:
         raise ValueError(f"benchmark {bench['name']!r}: unsupported prompt kind {kind!r}")
-    if len(texts) < bench["n"]:
+    skip = bench.get("skip", 0)
+    if len(texts) < skip + bench["n"]:
+        after = f" after the first {skip}" if skip else ""
         raise ValueError(
-            f"benchmark {bench['name']!r} wants {bench['n']} prompts, {src!r} has {len(texts)}"
+            f"benchmark {bench['name']!r} wants {bench['n']} prompts{after}, {src!r} has "
+            f"{len(texts)}"
         )
-    return [(pid, prompt_ids(tokenizer, text)) for pid, text in texts[: bench["n"]]]
+    return [(pid, prompt_ids(tokenizer, text)) for pid, text in texts[skip : skip + bench["n"]]]
 
 
 def _by_category(

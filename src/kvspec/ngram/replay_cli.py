@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
 
-    config = _config(args.config)
+    config = read_config(args.config)
     plan = Plan(config, REPO).spec
     inputs = plan.speed_inputs(types.SimpleNamespace(model=args.model, bench="humaneval"))
     res = config["resources"]
@@ -120,7 +120,8 @@ def _variant(text: str) -> tuple[str, list[str]]:
     return label.strip(), changes.split()
 
 
-def _config(path: Path) -> dict[str, Any]:
+def read_config(path: Path) -> dict[str, Any]:
+    """A config file validated against the schema, its defaults filled in."""
     return validate(yaml.safe_load(path.read_text()), yaml.safe_load(SCHEMA.read_text()))
 
 
