@@ -53,6 +53,9 @@ def test_sets_need_prompts_left_and_methods_beside_greedy(workdir):
         check_config(config, "target", ["python"], 40, ["greedy", "sd_suffix_decoding"])
     with pytest.raises(SystemExit, match="neither"):
         check_config(config, "target", ["nosuchset"], 40, ["sd_suffix_decoding"])
+    (workdir / "results/data/humaneval.jsonl").unlink()
+    with pytest.raises(SystemExit, match="missing: results/data/humaneval.jsonl"):
+        check_config(config, "target", ["humaneval"], 40, ["sd_suffix_decoding"])
 
 
 def _record(method, prompt, n, seconds, forwards, exact=True):

@@ -33,7 +33,7 @@ from kvspec.data.records import read_jsonl
 from kvspec.io import read_json
 from kvspec.ngram.replay_cli import read_config
 from kvspec.ngram.stages import speed_stage
-from kvspec.plan import REPO, Plan
+from kvspec.plan import REPO, Plan, paths
 from kvspec.report.stats import paired_speed_ratio
 
 Records = Sequence[Mapping[str, Any]]
@@ -97,22 +97,30 @@ def timed_prompts(speed: Mapping[str, Any], target: str, source: str) -> int:
 
 def available(config: Mapping[str, Any], source: str) -> int:
     """Prompts of `source` in the workflow's files: a held-out split's or a dataset's."""
-    from kvspec.plan import paths
-
-    spec = config["spec"]
-    if source in spec["heldout"]:
-        return sum(r["split"] == source for r in read_jsonl(paths.PROMPTS))
-    if source not in config["data"]["datasets"]:
+    held = source in config["spec"]["heldout"]
+    if not held and source not in config["data"]["datasets"]:
         raise SystemExit(f"{source!r} is neither a held-out split nor a dataset")
-    return sum(1 for _ in read_jsonl(paths.DATA.format(dataset=source)))
+    path = paths.PROMPTS if held else paths.DATA.format(dataset=source)
+    _need([path])
+    return sum(r["split"] == source if held else 1 for r in read_jsonl(path))
+
+
+def _need(files: Sequence[str]) -> None:
+    """Stop with the list of the workflow's outputs this check reads that are not there."""
+    missing = [f for f in files if not Path(f).exists()]
+    if missing:
+        raise SystemExit("not a finished workflow directory (run `snakemake thesis` first); "
+                         f"missing: {', '.join(missing)}")  # fmt: skip
 
 
 def run_set(plan: Plan, model: str, name: str, out: Path) -> list[dict[str, Any]]:
     """The speed job's run of set `name`, written under `out`; its records."""
     w = types.SimpleNamespace(model=model, bench=name)
+    inputs = plan.spec.speed_inputs(w)
+    _need(list(inputs.values()))
     runs, summary = out / model / f"{name}.json", out / model / f"{name}.csv"
     runs.parent.mkdir(parents=True, exist_ok=True)
-    speed_stage(plan.spec.speed_inputs(w), str(runs), str(summary), model=model,
+    speed_stage(inputs, str(runs), str(summary), model=model,
                 threads=plan.config["resources"]["threads"],
                 **plan.params("specdecode_speed")(w))  # fmt: skip
     return read_json(runs)["records"]
