@@ -134,3 +134,17 @@ def test_paired_speed_ratio_with_equal_tokens_is_the_ratio_of_times() -> None:
         paired_speed_ratio(([1.0, 2.0], [1.0, 1.0]), ([1.0], [1.0]))
     with pytest.raises(ValueError, match="above 0"):
         paired_speed_ratio(([1.0, 2.0], [0.0, 0.0]), ([1.0, 1.0], [1.0, 1.0]))
+
+
+def test_paired_runs_ratio_pairs_the_prompts_both_methods_ran() -> None:
+    from kvspec.report.stats import paired_runs_ratio
+
+    def runs(times: dict[str, float]) -> dict[str, dict]:
+        return {q: {"tokens": [0] * 10, "seconds": t} for q, t in times.items()}
+
+    ours, peer = runs({"a": 1.0, "b": 2.0, "c": 9.0}), runs({"b": 3.0, "a": 1.5})
+    ratio, se, n = paired_runs_ratio(ours, peer)  # "c" only ours ran: left out
+    assert n == 2
+    assert (ratio, se) == paired_speed_ratio(([10, 10], [1.0, 2.0]), ([10, 10], [1.5, 3.0]))
+    with pytest.raises(ValueError, match="no prompt in common"):
+        paired_runs_ratio(ours, runs({"z": 1.0}))

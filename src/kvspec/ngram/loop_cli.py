@@ -12,7 +12,7 @@ in one process exactly as `specdecode_speed` runs a set (`kvspec.ngram.stages.sp
 greedy first and last on every prompt, every method checked equal to greedy, untimed warm-ups).
 The last listed method is the reference. Prints per set and pooled over the sets: speed over
 greedy, tokens per target forward, and speed ÷ the reference with its paired standard error
-over the prompts (`kvspec.report.stats.paired_speed_ratio`). A check beside the workflow's
+over the prompts (`kvspec.report.stats.paired_runs_ratio`). A check beside the workflow's
 benchmark, for rankings that Table 4.7's prompts cannot decide; the report reads Table 4.7.
 """
 
@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from kvspec.config import SCHEMA, validate
@@ -34,7 +33,7 @@ from kvspec.io import read_json
 from kvspec.ngram.replay_cli import read_config
 from kvspec.ngram.stages import speed_stage
 from kvspec.plan import REPO, Plan, paths
-from kvspec.report.stats import paired_speed_ratio
+from kvspec.report.stats import paired_runs_ratio
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         "--methods", nargs="+", default=["sd_hybrid_target_branches", "sd_suffix_decoding"],
         help="methods to time beside greedy; the last is the reference",
     )  # fmt: skip
-    ap.add_argument("--out", type=Path, default=Path("results/loop_check"))
+    ap.add_argument("--out", type=Path, default=Path(paths.LOOP_CHECK))
     args = ap.parse_args(argv)
 
     config = check_config(read_config(args.config), args.model, args.sources, args.end,
@@ -129,18 +128,19 @@ def run_set(plan: Plan, model: str, name: str, out: Path) -> list[dict[str, Any]
 def report(records: Records, name: str, reference: str) -> str:
     """Per method: speed over greedy, tokens per forward, and ÷ `reference` (paired SE)."""
     by = _by_method(records)
-    greedy, ref = by["greedy"], by[reference]
-    lines = [f"{name}: {len(greedy['prompts'])} prompts, {_exactness(records)}"]
-    for method, m in by.items():
+    for method, runs in by.items():
+        if set(runs) != set(by["greedy"]):
+            raise ValueError(f"{method} was not timed on the prompts greedy was")
+    lines = [f"{name}: {len(by['greedy'])} prompts, {_exactness(records)}"]
+    for method, runs in by.items():
         if method == "greedy":
             continue
-        speed = (m["tokens"].sum() / m["seconds"].sum()) / (
-            greedy["tokens"].sum() / greedy["seconds"].sum()
-        )
-        line = (f"  {method:28s} {speed:.3f}x greedy, "
-                f"{m['tokens'].sum() / m['forwards'].sum():.2f} tokens a forward")  # fmt: skip
+        speed, _, _ = paired_runs_ratio(runs, by["greedy"])
+        forwards = sum(r["forwards"] for r in runs.values())
+        tokens = sum(len(r["tokens"]) for r in runs.values())
+        line = f"  {method:28s} {speed:.3f}x greedy, {tokens / forwards:.2f} tokens a forward"
         if method != reference:
-            r, se = paired_speed_ratio((m["tokens"], m["seconds"]), (ref["tokens"], ref["seconds"]))
+            r, se, _ = paired_runs_ratio(runs, by[reference])
             line += f", / {reference} {r:.3f} +- {se:.3f}"
         lines.append(line)
     return "\n".join(lines)
@@ -157,21 +157,12 @@ def _exactness(records: Records) -> str:
     return text
 
 
-def _by_method(records: Records) -> dict[str, dict[str, Any]]:
-    """method -> prompts (in greedy's order), tokens, seconds and forwards as arrays."""
-    order = [(r["prompt"], r.get("set")) for r in records if r["method"] == "greedy"]
-    out: dict[str, dict[str, Any]] = {}
-    for method in dict.fromkeys(r["method"] for r in records):
-        rows = {(r["prompt"], r.get("set")): r for r in records if r["method"] == method}
-        if set(rows) != set(order):
-            raise ValueError(f"{method} was not timed on the prompts greedy was")
-        picked = [rows[key] for key in order]
-        out[method] = {
-            "prompts": order,
-            "tokens": np.array([len(r["tokens"]) for r in picked], dtype=float),
-            "seconds": np.array([r["seconds"] for r in picked], dtype=float),
-            "forwards": np.array([r["forwards"] for r in picked], dtype=float),
-        }
+def _by_method(records: Records) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """method -> prompt (its set's name before it when the records carry one) -> record."""
+    out: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for r in records:
+        key = f"{r['set']}/{r['prompt']}" if "set" in r else r["prompt"]
+        out.setdefault(r["method"], {})[key] = r
     return out
 
 

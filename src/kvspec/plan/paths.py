@@ -63,6 +63,8 @@ INDEX = "results/ngram/{model}/{corpus}_{fraction}"
 INDEX_STATS = "results/ngram/{model}/{corpus}_{fraction}.json"
 ACCEPTANCE = "results/acceptance/{model}/{corpus}_{fraction}/{responder}/{heldout}.csv"
 SPEED_RUNS = "results/specdecode/{model}/{bench}/runs.json"
+# kvspec.ngram.loop_cli's runs (no rule writes them): <model>/check<source>.json and .csv
+LOOP_CHECK = "results/loop_check"
 SPEED_SUMMARY = "results/specdecode/{model}/{bench}/summary.csv"
 MLA_SPEED = "results/specdecode/{model}/mla_long_context.json"  # a healed MLA target drafting
 DRAFT_LATENCY = "results/specdecode/{model}/draft_latency.json"

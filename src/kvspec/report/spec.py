@@ -21,7 +21,7 @@ from kvspec.ngram.acceptance_stats import (
     by_exact_match_length,
     hit_rate_table,
 )
-from kvspec.report.stats import paired_speed_ratio
+from kvspec.report.stats import paired_runs_ratio
 from kvspec.report.tables import paper_numeric, save_with_paper, side_by_side, write_table
 
 # The paper's index sizes as fractions of its 5M prompts (Table 4.1 rows).
@@ -381,7 +381,7 @@ def peer_notes(
 ) -> list[str]:
     """Per benchmark set (`rows` {model, bench}, `runs` their runs.json files in the same
     order): our method's speed ÷ each peer's that ran, ± its standard error with the prompts
-    both ran paired (`stats.paired_speed_ratio`)."""
+    both ran paired (`stats.paired_runs_ratio`)."""
     notes = []
     for row, path in zip(rows, runs, strict=True):
         by: dict[str, dict[str, Mapping[str, Any]]] = {}
@@ -389,10 +389,9 @@ def peer_notes(
             by.setdefault(r["method"], {})[r["prompt"]] = r
         parts = []
         for peer in (p for p in peers if p in by and ours in by):
-            prompts = [q for q in by[ours] if q in by[peer]]
-            ratio, se = paired_speed_ratio(_timed(by[ours], prompts), _timed(by[peer], prompts))
+            ratio, se, n = paired_runs_ratio(by[ours], by[peer])
             label = TABLE_4_7_LABELS.get(peer, peer)
-            parts.append(f"÷ {label} {ratio:.3f} ± {se:.3f} ({len(prompts)} prompts)")
+            parts.append(f"÷ {label} {ratio:.3f} ± {se:.3f} ({n} prompts)")
         if parts:
             notes.append(
                 f"{row['model']}/{row['bench']}: {TABLE_4_7_LABELS.get(ours, ours)} "
@@ -400,11 +399,6 @@ def peer_notes(
                 + " (speed ratios, ± 1 standard error over the prompts, paired)."
             )
     return notes
-
-
-def _timed(records: Mapping[str, Mapping[str, Any]], prompts: Sequence[str]) -> tuple[list, list]:
-    """(tokens, seconds) of a method's records of `prompts`, in that order."""
-    return [len(records[q]["tokens"]) for q in prompts], [records[q]["seconds"] for q in prompts]
 
 
 # ----------------------------------------------------------------------------- rendering

@@ -99,6 +99,21 @@ def paired_speed_ratio(
     return ratio, se
 
 
+def paired_runs_ratio(
+    a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]
+) -> tuple[float, float, int]:
+    """`paired_speed_ratio` of two methods' timed runs (prompt -> a speed benchmark record
+    with `tokens` and `seconds`) over the prompts both ran, in a's order; and how many."""
+    prompts = [q for q in a if q in b]
+    if not prompts:
+        raise ValueError("the two methods ran no prompt in common")
+
+    def timed(runs: Mapping[str, Mapping[str, Any]]) -> tuple[list[int], list[float]]:
+        return [len(runs[q]["tokens"]) for q in prompts], [runs[q]["seconds"] for q in prompts]
+
+    return (*paired_speed_ratio(timed(a), timed(b)), len(prompts))
+
+
 def _ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     return float(np.sum(numerators) / np.sum(denominators))
 
