@@ -1,6 +1,7 @@
 # The commands. Each creates .venv when it is missing.
 #   make reproduce   run the whole study at the mini scale (config/config.yaml);
 #                    TARGET=<document> runs one: thesis, specdec_qwen, moa, pipeinfer, lecture
+#                    (and ranking: ours against SuffixDecoding beyond Table 4.7, in the whole study)
 #   make test        the quick suite: every test but the Snakemake runs (tests/workflow/) and
 #                    the slow real-model tests (pytest -n 2 -m "not workflow and not slow")
 #   make times       each document's job and machine time from benchmarks/ (TARGET=<document>:
@@ -23,7 +24,7 @@ TARGET ?=
 RUN_ARGS := --cores all --max-jobs-per-timespan 1000/10s
 export KVSPEC_DATA_MIRROR := $(if $(MIRROR),$(abspath $(MIRROR)),)
 
-DOCUMENTS := thesis moa specdec_qwen pipeinfer lecture
+DOCUMENTS := thesis moa specdec_qwen pipeinfer lecture ranking
 
 .PHONY: reproduce test test-all report times clean-results vllm-env
 

@@ -19,18 +19,18 @@ EXPECTED_JOBS = {
     "ci": {"evaluate_lmeval": 21, "evaluate_original": 2, "evaluate_healed": 8,
            "convert_mla": 2, "convert_allocate": 19, "convert_sensitivity": 5,
            "convert_factorize": 9, "covariance_collect": 6, "ngram_index": 5,
-           "specdecode_acceptance": 7, "specdecode_speed": 5, "generate_responses": 4,
+           "specdecode_acceptance": 7, "specdecode_speed": 7, "generate_responses": 4,
            "pretrain_train": 2, "models_distil": 2, "specdecode_draft_quality": 1,
            "report_draft_quality": 1, "heal_ablation": 3, "pipeline_pair": 1},
     "config": {"evaluate_lmeval": 44, "evaluate_original": 2, "evaluate_healed": 6,
                "convert_mla": 2, "convert_allocate": 31, "convert_sensitivity": 16,
                "convert_factorize": 12, "covariance_collect": 10, "ngram_index": 8,
-               "specdecode_acceptance": 10, "specdecode_speed": 5, "generate_responses": 8,
+               "specdecode_acceptance": 10, "specdecode_speed": 7, "generate_responses": 8,
                "heal_ablation": 9, "pipeline_pair": 1},
     "paper": {"evaluate_lmeval": 81, "evaluate_original": 2, "evaluate_healed": 8,
               "convert_mla": 2, "convert_allocate": 42, "convert_sensitivity": 42,
               "convert_factorize": 17, "covariance_collect": 14, "ngram_index": 10,
-              "specdecode_acceptance": 10, "specdecode_speed": 8, "generate_responses": 1024,
+              "specdecode_acceptance": 10, "specdecode_speed": 9, "generate_responses": 1024,
               "models_fetch": 9, "pipeline_pair": 2},
 }  # fmt: skip
 # ci: the draft is distilled (not pretrained) and measured (+ its report table) since issue 11;
@@ -64,7 +64,9 @@ EXPECTED_JOBS = {
 # every scale: evaluate_lmeval converts its model itself; convert_mla saves only the models
 # other jobs read (healing's SVD student, the decode-speed conversions): 2 at every scale
 # ci: + draft_mid, started from the trained draft, as three-model sampling's intermediary
-TOTALS = {"ci": 239, "config": 301, "paper": 1406}
+# every scale: + the ranking's speed jobs (spec.ranking: 2 sets at ci and mini, 1 at paper) and
+# its report table
+TOTALS = {"ci": 242, "config": 304, "paper": 1408}
 
 
 @pytest.mark.parametrize("scale", SCALES)
@@ -428,6 +430,65 @@ def test_mla_target_errors_name_the_key(configs, schema, edit, message) -> None:
         Plan(validate(cfg, schema))
     cfg["spec"]["mla_target"], cfg["care"]["heal"] = cfg["spec"]["mla_target"] | {}, None
     with pytest.raises(ConfigError, match="'spec.mla_target': needs care.heal"):
+        Plan(validate(cfg, schema))
+
+
+def test_ranking_sets_time_greedy_and_the_ranking_methods_only(plans, dags, configs,
+                                                             schema) -> None:  # fmt: skip
+    """The ranking's speed jobs run the speed rule with greedy and the ranking's methods; its
+    report is the whole study's and `snakemake ranking`'s, not the thesis's."""
+    plan = plans["config"]
+    rank = SimpleNamespace(model="target", bench="rankhumaneval")
+    methods = ["greedy", "sd_hybrid_target_branches", "sd_suffix_decoding"]
+    assert plan.spec.speed_methods(rank) == methods
+    job = plan.params("specdecode_speed")(rank)
+    assert job["methods"] == methods and job["bench"]["skip"] == 40
+    table = SimpleNamespace(model="target", bench="humaneval")
+    assert plan.spec.speed_methods(table) == configs["config"]["spec"]["speed"]["runs"]["target"][
+        "methods"]  # fmt: skip
+    runs = [f"results/specdecode/target/{b}/runs.json" for b in ("rankhumaneval", "rankspecbench")]
+    assert plan.report_item("report_spec_ranking").inputs["runs"] == runs
+    assert set(runs) <= outputs_of(dags["config"])
+    ranked = set(plan.targets("ranking"))
+    assert ranked == {"results/report/thesis_ranking.csv", "results/report/thesis_ranking.md"}
+    assert ranked <= set(plan.targets()) and not ranked & set(plan.targets("thesis"))
+    assert not set(runs) & {f for r in plan.spec.speed_rows(True) for f in r.values()}
+    cfg = copy.deepcopy(configs["config"])
+    cfg["spec"]["ranking"] = None
+    off = Plan(validate(cfg, schema))
+    assert "ranking" not in off.documents()
+    assert all(i.rule != "report_spec_ranking" for i in off.report_items())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [({"methods": ["greedy", "sd_hybrid_target"]}, "'spec.ranking.methods': list the methods"),
+     ({"sets": ["nowhere"]}, "'spec.ranking.sets': unknown benchmark set 'nowhere'"),
+     ({"sets": ["python"]}, "'python' is a set of the target's run"),
+     ({"sets": ["general"]}, None)],
+)  # fmt: skip
+def test_ranking_errors_name_the_key(configs, schema, edit, message) -> None:
+    cfg = copy.deepcopy(configs["ci"])
+    cfg["spec"]["ranking"] |= edit
+    if message is None:  # a held-out split the target's run does not time
+        assert Plan(validate(cfg, schema)).spec.speed_methods(
+            SimpleNamespace(model="target", bench="general"))[0] == "greedy"  # fmt: skip
+        return
+    with pytest.raises(ConfigError, match=message):
+        Plan(validate(cfg, schema))
+
+
+@pytest.mark.parametrize(("skip", "overlaps"), [(None, True), (2, True), (3, False)])
+def test_ranking_sets_share_no_prompt_with_table_4_7(configs, schema, skip, overlaps) -> None:
+    """ci's Table 4.7 times HumanEval/0-2: a ranking set of HumanEval must start after it."""
+    cfg = copy.deepcopy(configs["ci"])
+    bench = cfg["spec"]["speed"]["sets"]["rankhumaneval"]
+    bench.pop("skip")
+    bench |= {"skip": skip} if skip else {}
+    if overlaps:
+        with pytest.raises(ConfigError, match="'rankhumaneval' shares prompts with 'humaneval'"):
+            Plan(validate(cfg, schema))
+    else:
         Plan(validate(cfg, schema))
 
 

@@ -10,10 +10,11 @@ prompt source (a held-out split, or a dataset of kind code or math) becomes a be
 its prompts after the ones a Table 4.7 set of the same source times, up to `--end`, and runs
 in one process exactly as `specdecode_speed` runs a set (`kvspec.ngram.stages.speed_stage`:
 greedy first and last on every prompt, every method checked equal to greedy, untimed warm-ups).
-The last listed method is the reference. Prints per set and pooled over the sets: speed over
-greedy, tokens per target forward, and speed ÷ the reference with its paired standard error
-over the prompts (`kvspec.report.stats.paired_runs_ratio`). A check beside the workflow's
-benchmark, for rankings that Table 4.7's prompts cannot decide; the report reads Table 4.7.
+The last listed method is the reference. Prints per set and pooled over the sets the rows of
+the workflow's ranking table (`kvspec.report.ranking`): speed over greedy, tokens per target
+forward, speed ÷ the reference with its paired standard error over the prompts, runs equal to
+greedy. The workflow ranks the methods and sets `spec.ranking` names (`snakemake ranking`);
+this check runs other methods or prompts beside it, in a finished directory.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from kvspec.io import read_json
 from kvspec.ngram.replay_cli import read_config
 from kvspec.ngram.stages import speed_stage
 from kvspec.plan import REPO, Plan, paths
-from kvspec.report.stats import paired_runs_ratio
+from kvspec.report.ranking import ranking_rows
 
 Records = Sequence[Mapping[str, Any]]
 
@@ -84,6 +85,7 @@ def check_config(
         sets[f"check{source}"] = {"prompts": source, "n": n} | ({"skip": skip} if skip else {})
     speed["sets"] |= sets
     speed["runs"][model] = {"sets": list(sets), "methods": ["greedy", *methods]}
+    out["spec"]["ranking"] = None  # the workflow's own ranking; this check replaces the run
     return validate(out, yaml.safe_load(SCHEMA.read_text()))
 
 
@@ -126,44 +128,21 @@ def run_set(plan: Plan, model: str, name: str, out: Path) -> list[dict[str, Any]
 
 
 def report(records: Records, name: str, reference: str) -> str:
-    """Per method: speed over greedy, tokens per forward, and ÷ `reference` (paired SE)."""
-    by = _by_method(records)
-    for method, runs in by.items():
-        if set(runs) != set(by["greedy"]):
-            raise ValueError(f"{method} was not timed on the prompts greedy was")
-    lines = [f"{name}: {len(by['greedy'])} prompts, {_exactness(records)}"]
-    for method, runs in by.items():
-        if method == "greedy":
-            continue
-        speed, _, _ = paired_runs_ratio(runs, by["greedy"])
-        forwards = sum(r["forwards"] for r in runs.values())
-        tokens = sum(len(r["tokens"]) for r in runs.values())
-        line = f"  {method:28s} {speed:.3f}x greedy, {tokens / forwards:.2f} tokens a forward"
-        if method != reference:
-            r, se, _ = paired_runs_ratio(runs, by[reference])
-            line += f", / {reference} {r:.3f} +- {se:.3f}"
+    """Per method: speed over greedy, tokens per forward, and ÷ `reference` (paired SE), and
+    how many runs equal greedy decoding (`kvspec.report.ranking.ranking_rows`)."""
+    rows = ranking_rows(records, name, reference)
+    lines = [f"{name}: {rows[0]['prompts']} prompts"]
+    for row in rows:
+        line = (f"  {row['method']:28s} {row['x_greedy']:.3f}x greedy, "
+                f"{row['tokens_per_forward']:.2f} tokens a forward")  # fmt: skip
+        if row["method"] != reference:
+            line += (f", / {reference} {row[f'vs_{reference}']:.3f} "
+                     f"+- {row[f'vs_{reference}_se']:.3f}")  # fmt: skip
+        line += f"; {row['equal_to_greedy']} runs equal to greedy"
+        if row["widest_tie_where_not"] is not None:
+            line += f" (the others first differ at ties {row['widest_tie_where_not']:.1e} apart)"
         lines.append(line)
     return "\n".join(lines)
-
-
-def _exactness(records: Records) -> str:
-    """How many runs equal greedy decoding, and the widest top-2 logit margin where one did not
-    (a float near-tie of the target, or a bug: `kvspec.decoding.bench_summary.divergence`)."""
-    off = [r for r in records if not r.get("exact", True)]
-    text = f"{len(records) - len(off)} of {len(records)} runs equal to greedy"
-    if off:
-        widest = max(r["tie_margin"] for r in off)
-        text += f" (the others first differ where the top two logits are {widest:.1e} apart)"
-    return text
-
-
-def _by_method(records: Records) -> dict[str, dict[str, Mapping[str, Any]]]:
-    """method -> prompt (its set's name before it when the records carry one) -> record."""
-    out: dict[str, dict[str, Mapping[str, Any]]] = {}
-    for r in records:
-        key = f"{r['set']}/{r['prompt']}" if "set" in r else r["prompt"]
-        out.setdefault(r["method"], {})[key] = r
-    return out
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ def check_spec(config: Mapping[str, Any]) -> None:
     _check_speed(spec, datasets, models)
     _check_drafts(spec, models)
     _check_mla_target(config)
+    _check_ranking(spec)
 
 
 def _need(ok: bool, key: str, message: str) -> None:
@@ -60,11 +61,12 @@ def _check_speed(
     speed = spec["speed"]
     for name, bench in speed["sets"].items():
         src = bench["prompts"]
-        ok = src in spec["heldout"] or datasets.get(src, {}).get("kind") in ("code", "math")
+        kind = datasets.get(src, {}).get("kind")
+        ok = src in spec["heldout"] or kind in ("code", "math", "prompt")
         _need(
             ok,
             f"spec.speed.sets.{name}.prompts",
-            f"{src!r} is no held-out set or code/math dataset",
+            f"{src!r} is no held-out set or code/math/prompt dataset",
         )
     for model, run in speed["runs"].items():
         key = f"spec.speed.runs.{model}"
@@ -112,3 +114,34 @@ def _check_mla_target(config: Mapping[str, Any]) -> None:
               and "draft" not in decl.inputs, f"{key}.methods",
               f"{name!r} is not a chain method drafting from the target-response index or "
               "the prompt")  # fmt: skip
+
+
+def _check_ranking(spec: Mapping[str, Any]) -> None:
+    """The ranking's sets are the main target's own: known, none of Table 4.7's, and none
+    sharing a prompt with a set of the same source the target's run times."""
+    ranking = spec.get("ranking")
+    if not ranking:
+        return
+    sets, run = spec["speed"]["sets"], spec["speed"]["runs"].get(spec["target"], {})
+    _need("greedy" not in ranking["methods"], "spec.ranking.methods",
+          "list the methods timed beside greedy (greedy always runs)")  # fmt: skip
+    for name in ranking["sets"]:
+        _need(name in sets, "spec.ranking.sets", f"unknown benchmark set {name!r}")
+        _need(
+            name not in run.get("sets", []),
+            "spec.ranking.sets",
+            f"{name!r} is a set of the target's run (spec.speed.runs), timed with its methods",
+        )
+        for other in run.get("sets", []):
+            _need(
+                not _overlap(sets[name], sets[other]),
+                "spec.ranking.sets",
+                f"{name!r} shares prompts with {other!r}; start it after them (skip)",
+            )
+
+
+def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two benchmark sets take a common prompt (same source, ranges that meet)."""
+    start_a, start_b = a.get("skip", 0), b.get("skip", 0)
+    meet = start_a < start_b + b["n"] and start_b < start_a + a["n"]
+    return a["prompts"] == b["prompts"] and meet

@@ -205,7 +205,7 @@ def _specdecode_acceptance(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
 
 def _specdecode_speed(plan: Plan, c: Mapping[str, Any]) -> dict[str, Any]:
     spec, speed = c["spec"], c["spec"]["speed"]
-    return {"methods": lambda w: speed["runs"][w.model]["methods"], "bench": plan.spec.speed_set,
+    return {"methods": plan.spec.speed_methods, "bench": plan.spec.speed_set,
             "decode": spec["decode"], "max_new_tokens": speed["max_new_tokens"],
             "repeats": speed["repeats"], "baseline_repeats": speed["baseline_repeats"],
             "unstable_spread": speed["unstable_spread"], "warmup_tokens": speed["warmup_tokens"],

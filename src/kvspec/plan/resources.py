@@ -20,6 +20,7 @@ from typing import Any
 from kvspec.config import eval_dtype
 from kvspec.plan.cards import Card, card_of
 from kvspec.plan.sampling import HUMANEVAL_SIZE, humaneval_bound
+from kvspec.plan.spec import run_methods
 
 GB = 1024**3
 # "auto" (eval.dtype) is bfloat16 or float32 by the machine that runs the job: sized as float32
@@ -311,7 +312,8 @@ def _speed(config: Mapping[str, Any], wildcards: Any) -> Need:
     """Batch-1 decoding of every method on the set's prompts (each method about a greedy run)."""
     card, speed = _model(config, wildcards), config["spec"]["speed"]
     n = speed["sets"][wildcards.bench]["n"]
-    methods = len(speed["runs"][wildcards.model]["methods"]) + speed["baseline_repeats"]
+    methods = len(run_methods(config["spec"], wildcards.model, wildcards.bench))
+    methods += speed["baseline_repeats"]
     steps = n * methods * speed["max_new_tokens"] * speed["repeats"]
     return inference(card, _dtype(config), batch=1, context=2048, decode_steps=steps)
 

@@ -12,6 +12,15 @@ from kvspec.plan.items import Output, ReportItem, table_outputs
 from kvspec.plan.names import fraction_name
 
 
+def run_methods(spec: Mapping[str, Any], model: str, bench: str) -> list[str]:
+    """The methods a speed job times: greedy and the ranking's on a `spec.ranking` set (the
+    main target's), else the model's run's (`spec.speed.runs`)."""
+    ranking = spec.get("ranking")
+    if ranking and model == spec["target"] and bench in ranking["sets"]:
+        return ["greedy", *ranking["methods"]]
+    return list(spec["speed"]["runs"][model]["methods"])
+
+
 def index_inputs(model: str, methods: Iterable[str]) -> dict[str, str]:
     """The n-gram indexes (and their statistics files) of `model` that `methods` draft from,
     keyed by the input names the methods' stages read."""
@@ -117,7 +126,7 @@ class SpecPlan:
 
     # ---- speed ----------------------------------------------------------------------------------
     def speed_methods(self, wildcards: Any) -> list[str]:
-        return self.spec["speed"]["runs"][wildcards.model]["methods"]
+        return run_methods(self.spec, wildcards.model, wildcards.bench)
 
     def speed_set(self, wildcards: Any) -> dict[str, Any]:
         return self.bench_set(wildcards.bench)
@@ -224,6 +233,23 @@ class SpecPlan:
                                   label="CARE-converted target with infini-gram drafting"),
             params={"bench": self.bench_set(self.mla["bench"]) | {"n": self.mla["n"]}},
         )  # fmt: skip
+
+    def _ranking_item(self) -> ReportItem:
+        """Ours against a reference on prompts no choice of ours was made on: its own target
+        (`snakemake ranking`), part of the whole study but not of the thesis's."""
+        ranking = self.spec["ranking"]
+        runs = [paths.SPEED_RUNS.format(model=self.target, bench=b) for b in ranking["sets"]]
+        labels = {b: self.spec["speed"]["sets"][b].get("label") or b for b in ranking["sets"]}
+        return ReportItem(
+            rule="report_spec_ranking",
+            renderer="ranking:render",
+            log=paths.REPORT_LOG.format(name="spec_ranking"),
+            category=SPEED_CATEGORY,
+            inputs={"runs": runs},
+            outputs=table_outputs("thesis_ranking", label="ours against SuffixDecoding, ranked"),
+            params={"sets": labels, "reference": ranking["methods"][-1]},
+            document="ranking",
+        )
 
     # ---- draft models -------------------------------------------------------------------------
     def draft_target(self, model: str) -> str:
@@ -347,4 +373,6 @@ class SpecPlan:
             },
         )
         drafts = [self._drafts_item()] if self.drafts else []
-        return [acceptance, speed, *drafts, *([self._mla_item()] if self.mla else [])]
+        beyond = [self._mla_item()] if self.mla else []
+        beyond += [self._ranking_item()] if self.spec.get("ranking") else []
+        return [acceptance, speed, *drafts, *beyond]
