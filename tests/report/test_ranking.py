@@ -50,3 +50,21 @@ def test_pooled_rows_pair_each_sets_prompts_apart():
     ratio, _ = paired_speed_ratio(([10, 20] * 2, [0.4, 1.0] * 2), ([10, 20] * 2, [0.5, 0.8] * 2))
     assert pooled.loc["ours", "vs_ref"] == pytest.approx(ratio)
     assert len(ranking_table({"one": RECORDS}, "ref")) == 2
+
+
+def test_render_labels_the_sets_and_prints_the_configs_note(tmp_path):
+    import json
+
+    from kvspec.report.ranking import render
+
+    runs = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in runs:
+        path.write_text(json.dumps({"records": RECORDS}))
+    out = {"csv": str(tmp_path / "t.csv"), "md": str(tmp_path / "t.md")}
+    item = {"sets": {"a": "Set A", "b": "Set B"}, "reference": "ref", "note": "Free of X."}
+    render(item, {"runs": [str(p) for p in runs]}, out)
+    md = (tmp_path / "t.md").read_text()
+    assert "refuses one that does). Free of X." in md
+    assert "| Set A | ours |" in md and "| pooled | ours | 4 |" in md
+    render(item | {"note": None}, {"runs": [str(p) for p in runs]}, out)
+    assert "refuses one that does).\n" in (tmp_path / "t.md").read_text()

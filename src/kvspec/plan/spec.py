@@ -247,7 +247,7 @@ class SpecPlan:
             category=SPEED_CATEGORY,
             inputs={"runs": runs},
             outputs=table_outputs("thesis_ranking", label="ours against SuffixDecoding, ranked"),
-            params={"sets": labels, "reference": ranking["methods"][-1]},
+            params={"sets": labels, "reference": ranking["methods"][-1], "note": ranking["note"]},
             document="ranking",
         )
 
