@@ -156,10 +156,26 @@ def test_loop_check_times_the_prompts_after_table_4_7s(ci_run: Path, tmp_path: P
         cwd=ci_run, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "checkhumaneval: 3 prompts" in out and "checkpython: 2 prompts" in out
-    assert "pooled: 5 prompts, " in out and "/ sd_infgram_target " in out
+    assert "pooled: 5 prompts\n" in out and "/ sd_infgram_target " in out
     runs = json.loads((tmp_path / "target/checkhumaneval.json").read_text())["records"]
     assert {r["prompt"] for r in runs} == {f"HumanEval/{i}" for i in range(3, 6)}
     assert all(r["exact"] or r["tie_margin"] < 1e-3 for r in runs)
+
+
+def test_ranking_times_its_own_sets_with_greedy_and_its_methods(ci_run: Path, spec: dict) -> None:
+    """spec.ranking's speed jobs run greedy and the ranking's methods on prompts Table 4.7
+    does not time; its table pairs them per set and pooled."""
+    ranking = spec["ranking"]
+    runs = json.loads((ci_run / "results/specdecode/target/rankhumaneval/runs.json").read_text())
+    records = runs["records"]
+    assert {r["method"] for r in records} == {"greedy", *ranking["methods"]}
+    assert {r["prompt"] for r in records} == {"HumanEval/3", "HumanEval/4"}
+    assert all(r["exact"] or r["tie_margin"] < 1e-3 for r in records)
+    table = pd.read_csv(ci_run / "results/report/thesis_ranking.csv")
+    assert list(table["set"].unique()) == ["HumanEval/3-4", "Spec-Bench", "pooled"]
+    assert list(table[table["set"] == "pooled"]["prompts"]) == [4, 4]
+    reference = table[table["method"] == ranking["methods"][-1]]
+    assert (reference[f"vs_{ranking['methods'][-1]}"] == 1.0).all()
 
 
 def test_draft_latency(ci_run: Path, spec: dict) -> None:
