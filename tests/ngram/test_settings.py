@@ -43,3 +43,18 @@ def test_unknown_spec_key_is_refused(mini_config, schema):
     mini_config["spec"]["decode"]["depth"] = 4
     with pytest.raises(ConfigError, match="spec.decode"):
         validate(mini_config, schema)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [({"prompts": "he", "n": 10}, {"prompts": "he", "skip": 10, "n": 5}, False),
+     ({"prompts": "he", "n": 10}, {"prompts": "he", "skip": 9, "n": 5}, True),
+     ({"prompts": "he", "n": 10}, {"prompts": "mbpp", "n": 10}, False),
+     ({"prompts": "sb", "n": 2, "categories": ["qa"]},
+      {"prompts": "sb", "skip": 2, "n": 2, "categories": ["qa"]}, False),
+     ({"prompts": "sb", "n": 2, "categories": ["qa"]}, {"prompts": "sb", "skip": 2, "n": 2}, True)],
+)  # fmt: skip
+def test_sets_overlap_by_source_range_and_turn_order(a, b, overlap):
+    from kvspec.ngram.settings import _overlap
+
+    assert _overlap(a, b) is overlap and _overlap(b, a) is overlap

@@ -141,7 +141,9 @@ def _check_ranking(spec: Mapping[str, Any]) -> None:
 
 
 def _overlap(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """Whether two benchmark sets take a common prompt (same source, ranges that meet)."""
+    """Whether two benchmark sets may take a common prompt: the same source, and ranges that
+    meet or, for a prompt dataset, other categories (their turn orders differ)."""
     start_a, start_b = a.get("skip", 0), b.get("skip", 0)
     meet = start_a < start_b + b["n"] and start_b < start_a + a["n"]
-    return a["prompts"] == b["prompts"] and meet
+    other_order = a.get("categories") != b.get("categories")
+    return a["prompts"] == b["prompts"] and (meet or other_order)

@@ -238,6 +238,7 @@ class SpecPlan:
         """Ours against a reference on prompts no choice of ours was made on: its own target
         (`snakemake ranking`), part of the whole study but not of the thesis's."""
         ranking = self.spec["ranking"]
+        reference = ranking["methods"][-1]
         runs = [paths.SPEED_RUNS.format(model=self.target, bench=b) for b in ranking["sets"]]
         labels = {b: self.spec["speed"]["sets"][b].get("label") or b for b in ranking["sets"]}
         return ReportItem(
@@ -246,8 +247,8 @@ class SpecPlan:
             log=paths.REPORT_LOG.format(name="spec_ranking"),
             category=SPEED_CATEGORY,
             inputs={"runs": runs},
-            outputs=table_outputs("thesis_ranking", label="ours against SuffixDecoding, ranked"),
-            params={"sets": labels, "reference": ranking["methods"][-1], "note": ranking["note"]},
+            outputs=table_outputs("thesis_ranking", label=f"ranked against {reference}"),
+            params={"sets": labels, "reference": reference, "note": ranking["note"]},
             document="ranking",
         )
 
